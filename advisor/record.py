@@ -1,0 +1,70 @@
+"""The one typed request record that flows from ingest through tokenize to measure.
+
+Every log format is read into `Request`. What a format does not carry is None, and the report names the
+analyses that this disables (see `advisor.profile`). Text fields hold private data: never print them in a
+report unless the user asks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message. `content` is plain text (multi-part contents are joined by the reader)."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Sampling settings as logged; None when the log does not say."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request to the model, as the server received it, with its logged outcome.
+
+    `messages` (chat) and `prompt` (completions) are exclusive; token-free traces (Mooncake, Azure) have
+    neither and carry `prompt_tokens`/`completion_tokens` and possibly `block_hashes` instead.
+    """
+
+    source: str  # "file:line" (or "file:line#turn" for several requests per record): for error messages
+    timestamp: float | None = None  # arrival, epoch seconds (or seconds from trace start)
+    conversation_id: str | None = None
+    turn: int | None = None  # index of this request within its conversation, 0-based
+    messages: tuple[Message, ...] | None = None
+    prompt: str | None = None
+    completion: str | None = None
+    prompt_tokens: int | None = None  # as logged (usage, trace lengths)
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens when logged
+    model: str | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    latency_s: float | None = None  # end-to-end latency when logged (for concurrency)
+    ttft_s: float | None = None
+    block_hashes: tuple[int, ...] | None = None  # trace prefix-block ids (Mooncake hash_ids)
+    hash_block_size: int | None = None  # tokens per entry of block_hashes
+
+    @property
+    def has_text(self) -> bool:
+        return self.messages is not None or self.prompt is not None
+
+    def extra(self) -> dict[str, Any]:
+        """Non-text fields for debugging output (never the prompt or completion text)."""
+        return {
+            "source": self.source,
+            "timestamp": self.timestamp,
+            "conversation_id": self.conversation_id,
+            "turn": self.turn,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
