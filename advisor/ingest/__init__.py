@@ -1,0 +1,141 @@
+"""Ingest: request logs of many formats -> a stream of `Request`s. This is the public API of the stage.
+
+One reader module per format, registered in `READERS` by the name `--format` accepts. Line formats (JSONL,
+CSV) are streamed with constant memory; whole-document formats (a ShareGPT JSON array, a SWE-agent .traj)
+are loaded. Inputs may be gzip-compressed (told by their magic bytes) and "-" is stdin. Bad records are
+skipped and counted in `IngestStats` (messages "file:line: reason", never quoting record text), or raise
+`BadRecordError` under `strict`; a file that yields no request raises `InputError`.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator, Sequence
+
+import orjson
+
+from advisor.errors import InputError
+from advisor.ingest import aider, bench_custom, csv_traces, mooncake, openai, otel, sharegpt, swe_agent
+from advisor.ingest._io import MAX_LINE_BYTES, SNIFF_BYTES, IngestStats, Sink, Source
+from advisor.record import Request
+
+__all__ = ["FORMATS", "IngestStats", "detect_format", "read_requests", "MAX_LINE_BYTES"]
+
+Reader = Callable[[Source, Sink, int], Iterator[Request]]
+READERS: dict[str, Reader] = {
+    openai.NAME: openai.read,
+    bench_custom.NAME: bench_custom.read,
+    sharegpt.NAME: sharegpt.read,
+    mooncake.NAME: mooncake.read,
+    csv_traces.AZURE: csv_traces.read_azure,
+    csv_traces.BURSTGPT: csv_traces.read_burstgpt,
+    swe_agent.NAME: swe_agent.read,
+    otel.NAME: otel.read,
+    aider.NAME: aider.read,
+}
+FORMATS: tuple[str, ...] = tuple(READERS)
+# Record sniffers for JSON inputs, most specific first: bench-custom records are also valid completions
+# requests, and ShareGPT, trace and span records must not be mistaken for OpenAI logs.
+SNIFFERS = (
+    (mooncake.NAME, mooncake.looks_like),
+    (sharegpt.NAME, sharegpt.looks_like),
+    (swe_agent.NAME, swe_agent.looks_like),
+    (otel.NAME, otel.looks_like),
+    (bench_custom.NAME, bench_custom.looks_like),
+    (openai.NAME, openai.looks_like),
+)
+
+
+def _unknown(source: Source, found: str) -> InputError:
+    return InputError(f"{source.name}: cannot tell the log format ({found}); pass --format with one of: "
+                      f"{', '.join(FORMATS)}")
+
+
+def _first_record(head: bytes) -> dict | None:
+    """The first JSON object among the complete lines of `head` (bad lines are passed over)."""
+    lines = head.split(b"\n")
+    if len(head) >= SNIFF_BYTES:
+        lines = lines[:-1]  # the last piece may be cut by the sniff limit
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            return record
+    if len(head) < SNIFF_BYTES:  # a whole small file holding one JSON document over many lines
+        try:
+            document = orjson.loads(head)
+        except orjson.JSONDecodeError:
+            return None
+        return document if isinstance(document, dict) else None
+    return None
+
+
+def _detect(source: Source) -> str:
+    suffix = source.suffix
+    if suffix == ".traj":
+        return swe_agent.NAME
+    head = source.head()
+    if not head.strip():
+        raise InputError(f"{source.name}: the file is empty")
+    if suffix == ".md" or aider.looks_like(head):
+        return aider.NAME
+    if suffix == ".csv":
+        header = head.split(b"\n", 1)[0].decode("utf-8", "replace")
+        fmt = csv_traces.header_format(header)
+        if fmt is None:
+            raise _unknown(source, "a CSV without the Azure or BurstGPT header")
+        return fmt
+    stripped = head.lstrip()
+    if stripped.startswith(b"["):
+        if b'"conversations"' in head:
+            return sharegpt.NAME
+        raise _unknown(source, "a JSON array whose elements have no 'conversations'")
+    record = _first_record(head)
+    if record is None:
+        raise _unknown(source, "no JSON object in the first lines")
+    for name, looks_like in SNIFFERS:
+        if looks_like(record):
+            return name
+    raise _unknown(source, f"first record has keys {', '.join(sorted(record)[:12])}")
+
+
+def detect_format(path: str) -> str:
+    """The format of a log, from its extension and its first bytes/records; InputError if unknown."""
+    return _detect(Source(path))
+
+
+def read_requests(
+    paths: Sequence[str],
+    fmt: str | None = None,
+    *,
+    strict: bool = False,
+    hash_block_size: int = 512,
+    stats: IngestStats | None = None,
+) -> Iterator[Request]:
+    """Requests of all `paths` in file order, each file in its detected (or the given) format.
+
+    `hash_block_size` is the tokens per block id of token-free traces (Mooncake: 512). Bad records are
+    skipped and counted in `stats`, or raise `BadRecordError` when `strict`. A file that yields no request
+    raises `InputError` naming it and its count of bad records.
+    """
+    if fmt is not None and fmt not in READERS:
+        raise InputError(f"unknown format '{fmt}'; expected one of: {', '.join(FORMATS)}")
+    stats = stats if stats is not None else IngestStats()
+    for path in paths:
+        source = Source(path)
+        name = fmt or _detect(source)
+        stats.formats[path] = name
+        sink = Sink(source.name, stats, strict)
+        yielded = 0
+        for request in READERS[name](source, sink, hash_block_size):
+            yielded += 1
+            stats.requests += 1
+            yield request
+        if yielded == 0:
+            if sink.bad_records:
+                raise InputError(f"{source.name}: no usable request in the file ({sink.bad_records} bad "
+                                 f"records, read as {name}); see the skipped-record messages or try --format")
+            raise InputError(f"{source.name}: no request in the file (read as {name}); the file is empty "
+                             f"or holds no records of that format")

@@ -1,0 +1,309 @@
+"""Shared plumbing of the readers: opening sources, streaming lines, bad-record bookkeeping, field parsing.
+
+Readers see one `Source` (a path, a `.gz`, or stdin) and report unusable records through `Sink.bad`, which
+either counts them (default) or raises `BadRecordError` (strict). Lines are read as bytes and decoded here so
+that invalid UTF-8 is reported with its line number instead of aborting the whole file.
+"""
+from __future__ import annotations
+
+import calendar
+import gzip
+import io
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any, BinaryIO, Iterator
+
+import orjson
+
+from advisor.errors import BadRecordError, InputError
+
+# Longest line read into memory. A longer line is skipped ("line too long") without being buffered, which
+# keeps memory bounded on garbage input; 64 MiB comfortably holds any real logged request.
+MAX_LINE_BYTES = 64 * 2**20
+SNIFF_BYTES = 1 << 16
+MAX_PROBLEMS = 20
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass
+class IngestStats:
+    """What reading saw: counts per file set, the reasons records were skipped, and the format per path."""
+
+    records_read: int = 0
+    requests: int = 0
+    skipped: int = 0
+    skipped_by_reason: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # first MAX_PROBLEMS "file:line: reason"
+    formats: dict[str, str] = field(default_factory=dict)
+
+
+class BadRecord(Exception):
+    """Raised inside a reader's record conversion; `kind` is the short class counted in the stats."""
+
+    def __init__(self, kind: str, detail: str = ""):
+        self.kind = kind
+        self.detail = detail
+        super().__init__(self.reason)
+
+    @property
+    def reason(self) -> str:
+        return f"{self.kind}: {self.detail}" if self.detail else self.kind
+
+
+class Sink:
+    """Counts or raises bad records of one file; never holds record text (messages name only positions)."""
+
+    def __init__(self, name: str, stats: IngestStats, strict: bool):
+        self.name = name
+        self.stats = stats
+        self.strict = strict
+        self.bad_records = 0
+
+    def bad(self, line: int, problem: BadRecord) -> None:
+        if self.strict:
+            raise BadRecordError(self.name, line, problem.reason)
+        self.bad_records += 1
+        self.stats.skipped += 1
+        self.stats.skipped_by_reason[problem.kind] = self.stats.skipped_by_reason.get(problem.kind, 0) + 1
+        if len(self.stats.problems) < MAX_PROBLEMS:
+            self.stats.problems.append(f"{self.name}:{line}: {problem.reason}")
+
+
+class _Replay(io.RawIOBase):
+    """A raw stream that returns already-read `head` bytes first, then the rest of `tail`.
+
+    Sniffing the format consumes the start of the input; for stdin it cannot be re-read, so the head is
+    replayed instead of reopening.
+    """
+
+    def __init__(self, head: bytes, tail: BinaryIO):
+        self._head = memoryview(head)
+        self._tail = tail
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._tail.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if self._tail is not sys.stdin.buffer:
+            self._tail.close()
+        super().close()
+
+
+class Source:
+    """One input: a file path (gzip detected by its magic bytes), or "-" for stdin (read once)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.name = "<stdin>" if path == "-" else path
+        self._stream: BinaryIO | None = None
+        self._head: bytes | None = None
+
+    @property
+    def suffix(self) -> str:
+        """Lower-case extension without a trailing `.gz` (".jsonl", ".csv", ...; "" for stdin)."""
+        name = self.path.lower()
+        if name.endswith(".gz"):
+            name = name[:-3]
+        dot = name.rfind(".")
+        return name[dot:] if dot > name.rfind("/") else ""
+
+    @property
+    def stem(self) -> str:
+        base = self.name.rsplit("/", 1)[-1]
+        for ext in (".gz", self.suffix):
+            if ext and base.lower().endswith(ext):
+                base = base[: -len(ext)]
+        return base
+
+    def _open_decompressed(self) -> BinaryIO:
+        if self.path == "-":
+            raw: BinaryIO = sys.stdin.buffer
+        else:
+            try:
+                raw = open(self.path, "rb")
+            except FileNotFoundError:
+                raise InputError(f"{self.path}: no such file") from None
+            except IsADirectoryError:
+                raise InputError(f"{self.path}: is a directory, expected a log file") from None
+            except OSError as exc:
+                raise InputError(f"{self.path}: cannot be read ({exc.strerror})") from None
+        magic = raw.read(2)
+        raw = io.BufferedReader(_Replay(magic, raw), buffer_size=1 << 20)  # type: ignore[assignment]
+        if magic == GZIP_MAGIC:
+            raw = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
+        return raw
+
+    def head(self) -> bytes:
+        """The first SNIFF_BYTES decompressed bytes (kept so that `open` can replay them)."""
+        if self._head is None:
+            self._stream = self._open_decompressed()
+            try:
+                self._head = self._stream.read(SNIFF_BYTES)
+            except (OSError, EOFError) as exc:
+                raise InputError(f"{self.name}: cannot be read ({exc})") from None
+        return self._head
+
+    def open(self) -> BinaryIO:
+        """The whole decompressed content from its first byte, as a buffered binary stream."""
+        head = self.head()
+        stream, self._stream, self._head = self._stream, None, None
+        assert stream is not None
+        return io.BufferedReader(_Replay(head, stream), buffer_size=1 << 20)  # type: ignore[return-value]
+
+    def read_all(self) -> bytes:
+        """The whole content; for whole-document formats (a JSON array, a .traj, a Markdown transcript)."""
+        with self.open() as stream:
+            try:
+                return stream.read()
+            except (OSError, EOFError) as exc:
+                raise InputError(f"{self.name}: cannot be read ({exc})") from None
+
+
+def iter_lines(source: Source, sink: Sink, *, keep_blank: bool = False) -> Iterator[tuple[int, str]]:
+    """Yields (1-based line number, decoded text) of the lines (blank ones only if `keep_blank`).
+
+    Over-long or non-UTF-8 lines are reported to `sink` (and counted as read records) instead.
+    """
+    with source.open() as stream:
+        number = 0
+        while True:
+            try:
+                raw = stream.readline(MAX_LINE_BYTES + 1)
+            except (OSError, EOFError) as exc:
+                raise InputError(f"{source.name}:{number + 1}: cannot be read ({exc})") from None
+            if not raw:
+                return
+            number += 1
+            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+                size = len(raw)
+                while raw and not raw.endswith(b"\n"):  # drain the rest of the line in bounded chunks
+                    raw = stream.readline(MAX_LINE_BYTES)
+                    size += len(raw)
+                sink.stats.records_read += 1
+                sink.bad(number, BadRecord("line too long", f"{size} bytes, limit {MAX_LINE_BYTES}"))
+                continue
+            if not keep_blank and not raw.strip():
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                sink.stats.records_read += 1
+                sink.bad(number, BadRecord("invalid UTF-8", f"at byte {exc.start} of the line"))
+                continue
+            yield number, text
+
+
+def iter_json_lines(source: Source, sink: Sink) -> Iterator[tuple[int, Any]]:
+    """Yields (line number, parsed JSON value) per non-blank line; counts every line in `records_read`."""
+    for number, text in iter_lines(source, sink):
+        sink.stats.records_read += 1
+        try:
+            yield number, orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            sink.bad(number, BadRecord("invalid JSON", describe_json_error(exc)))
+
+
+def describe_json_error(exc: orjson.JSONDecodeError) -> str:
+    """orjson's message with the column, never the offending text (it may be private)."""
+    return f"{exc.msg} at column {exc.colno}"
+
+
+def type_name(value: Any) -> str:
+    return {dict: "object", list: "list", str: "str", bool: "bool", int: "int", float: "float"}.get(
+        type(value), "null" if value is None else type(value).__name__
+    )
+
+
+def expect_object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadRecord("wrong type", f"{where} must be an object, got {type_name(value)}")
+    return value
+
+
+def get_int(record: dict[str, Any], key: str, *, required: bool = False, where: str = "") -> int | None:
+    """An integer field; floats with an integral value and numeric strings are accepted (CSV, OTLP)."""
+    value = record.get(key)
+    if value is None:
+        if required:
+            raise BadRecord("missing field", f"expected {where or repr(key)}")
+        return None
+    number = to_number(value)
+    if number is None or number != int(number):
+        raise BadRecord("wrong type", f"field {where or repr(key)} must be an integer, got {type_name(value)}")
+    return int(number)
+
+
+def to_number(value: Any) -> float | int | None:
+    """A JSON number or numeric string as a number; None for anything else (bools included)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
+
+
+def epoch_seconds(value: Any) -> float | None:
+    """A logged time as epoch seconds: ISO 8601 text (naive = UTC) or a number in s, ms, us or ns.
+
+    The unit of a number is told by its magnitude: today is ~1.7e9 s, so anything above 1e11 cannot be
+    seconds (year 5138) and is read as ms, above 1e14 as us, above 1e17 as ns. Small numbers (seconds from
+    a trace start) stay seconds.
+    """
+    number = to_number(value)
+    if number is None:
+        return parse_iso(value) if isinstance(value, str) else None
+    number = float(number)
+    for limit, scale in ((1e17, 1e9), (1e14, 1e6), (1e11, 1e3)):
+        if abs(number) > limit:
+            return number / scale
+    return number
+
+
+def parse_iso(text: str) -> float | None:
+    """ISO 8601 date-time text as epoch seconds, keeping every fractional digit (Azure logs 7, ns logs 9).
+
+    `datetime` stops at microseconds, so whole seconds come from `datetime` and the fraction is added from
+    its decimal digits; the sum is rounded once by float parsing.
+    """
+    text = text.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    zone = ""
+    for sign in ("+", "-"):
+        cut = text.rfind(sign)
+        if cut > 10:  # an offset after the time, not a date separator
+            text, zone = text[:cut], text[cut:]
+            break
+    fraction = ""
+    if "." in text[10:]:
+        text, fraction = text.rsplit(".", 1)
+        if not fraction.isdigit():
+            return None
+    try:
+        moment = datetime.fromisoformat(text + zone)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    whole = calendar.timegm(moment.utctimetuple())
+    return float(Decimal(whole) + Decimal(f"0.{fraction}")) if fraction else float(whole)

@@ -1,0 +1,35 @@
+"""vLLM `bench serve --dataset-name custom` JSONL: `{"prompt": "...", "output_tokens": N}` per line.
+
+`output_tokens` is optional (vLLM uses it only with `--custom-output-len -1`); the prompt is the raw text
+that vLLM wraps as one user message unless `--skip-chat-template`, so it is kept as a completions prompt.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from advisor.ingest._io import BadRecord, Sink, Source, expect_object, get_int, iter_json_lines, type_name
+from advisor.record import Request
+
+NAME = "bench-custom"
+
+
+def looks_like(record: dict[str, Any]) -> bool:
+    return "prompt" in record and "output_tokens" in record and not record.keys() & {"messages", "completion"}
+
+
+def convert(record: Any, source: str) -> Request:
+    record = expect_object(record, "the record")
+    prompt = record.get("prompt")
+    if prompt is None:
+        raise BadRecord("missing field", "expected 'prompt'")
+    if not isinstance(prompt, str):
+        raise BadRecord("wrong type", f"field 'prompt' must be a string, got {type_name(prompt)}")
+    return Request(source=source, prompt=prompt, completion_tokens=get_int(record, "output_tokens"))
+
+
+def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
+    for line, record in iter_json_lines(source, sink):
+        try:
+            yield convert(record, f"{source.name}:{line}")
+        except BadRecord as problem:
+            sink.bad(line, problem)
