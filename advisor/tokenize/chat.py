@@ -1,0 +1,143 @@
+"""Chat-template rendering the way transformers (and so vLLM's chat endpoint) does it.
+
+vLLM's chat endpoint renders `tokenizer.apply_chat_template(conversation, tokenize=False,
+add_generation_prompt=True)` (vllm/renderers/hf.py, `safe_apply_chat_template`; the defaults come from
+vllm/entrypoints/openai/chat_completion/protocol.py, `ChatCompletionRequest`). transformers compiles the
+template in a sandboxed jinja2 environment with `trim_blocks`/`lstrip_blocks`, its own `tojson`, and the
+globals `raise_exception` and `strftime_now` (transformers/utils/chat_template_utils.py,
+`_cached_compile_jinja_template`). `compile_template` builds the same environment without importing
+transformers (1.8 s to import), and tests/test_tokenize.py checks the output against transformers' renderer.
+
+vLLM also decides how message content reaches the template: templates that loop over
+`message['content']` get OpenAI-style parts `[{"type": "text", "text": ...}]`, the others a plain string
+(vllm/renderers/hf.py, `_detect_content_format`). `content_format` reproduces that detection.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, Literal
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+import jinja2.sandbox
+
+from advisor.errors import TokenizerError
+from advisor.record import Message
+
+ContentFormat = Literal["string", "openai"]
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys: bool = False) -> str:
+    # transformers overrides jinja's tojson, which would HTML-escape characters.
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """Accepts transformers' `{% generation %}` block (assistant-mask marker) and renders its body as is."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render_body"), [], [], body).set_lineno(lineno)
+
+    def _render_body(self, caller: Callable[[], str]) -> str:
+        return caller()
+
+
+@lru_cache(maxsize=16)
+def compile_template(source: str) -> jinja2.Template:
+    """Compile a chat template in transformers' environment; TokenizerError if it does not parse."""
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    try:
+        return env.from_string(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise TokenizerError(f"chat template does not parse (line {exc.lineno}): {exc.message}") from exc
+
+
+def _accesses(node: jinja2.nodes.Node, names: set[str], key: str | None) -> bool:
+    """True if `node` reads one of `names` (or its `key` item), through filters, tests and slices."""
+    if isinstance(node, (jinja2.nodes.Filter, jinja2.nodes.Test)):
+        return node.node is not None and _accesses(node.node, names, key)
+    if isinstance(node, jinja2.nodes.Getitem) and isinstance(node.arg, jinja2.nodes.Slice):
+        return _accesses(node.node, names, key)
+    if key is None:
+        return isinstance(node, jinja2.nodes.Name) and node.ctx == "load" and node.name in names
+    if isinstance(node, jinja2.nodes.Getitem):
+        item = node.arg
+        return isinstance(item, jinja2.nodes.Const) and item.value == key and _accesses(node.node, names, None)
+    if isinstance(node, jinja2.nodes.Getattr):
+        return node.attr == key and _accesses(node.node, names, None)
+    return False
+
+
+@lru_cache(maxsize=16)
+def content_format(source: str) -> ContentFormat:
+    """vLLM's detection: "openai" if the template loops over a message's content, else "string"."""
+    root = compile_template(source).environment.parse(source)
+    messages_vars = {"messages"}
+    changed = True
+    while changed:  # names assigned from `messages` (e.g. `loop_messages = messages[1:]`)
+        changed = False
+        for assign in root.find_all(jinja2.nodes.Assign):
+            target = assign.target
+            if isinstance(target, jinja2.nodes.Name) and target.name not in messages_vars:
+                if _accesses(assign.node, messages_vars, None):
+                    messages_vars.add(target.name)
+                    changed = True
+    loops = list(root.find_all(jinja2.nodes.For))
+    message_vars = {
+        loop.target.name
+        for loop in loops
+        if isinstance(loop.target, jinja2.nodes.Name) and _accesses(loop.iter, messages_vars, None)
+    }
+    for loop in loops:
+        if _accesses(loop.iter, message_vars, "content"):
+            return "openai"
+    return "string"
+
+
+def message_dicts(messages: Sequence[Message], fmt: ContentFormat) -> list[dict[str, Any]]:
+    """Messages as the template sees them after vLLM's parsing, for one content format."""
+    if fmt == "openai":
+        return [{"role": m.role, "content": [{"type": "text", "text": m.content}]} for m in messages]
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+def render(template: jinja2.Template, fmt: ContentFormat, messages: Sequence[Message], variables: dict[str, Any]) -> str:
+    """Render with the generation prompt; a template error becomes a TokenizerError (no message text)."""
+    try:
+        return template.render(
+            messages=message_dicts(messages, fmt), tools=None, documents=None, add_generation_prompt=True, **variables
+        )
+    except jinja2.TemplateError as exc:
+        raise TokenizerError(f"chat template failed on a conversation of {len(messages)} messages: {exc}") from exc
+
+
+def render_fallback(messages: Sequence[Message]) -> str:
+    """Documented stand-in when a tokenizer has no chat template (docs/tokenizers.md).
+
+    ChatML-like plain text, one block per message and an open assistant turn, so prompt lengths grow with
+    the same content; the exact overhead of the real template is unknown, hence the warning in TokenizerInfo.
+    """
+    parts = [f"{m.role}: {m.content}\n\n" for m in messages]
+    parts.append("assistant: ")
+    return "".join(parts)

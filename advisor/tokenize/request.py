@@ -1,0 +1,193 @@
+"""Requests -> token ids as vLLM's server would produce them, with each distinct text piece encoded once.
+
+Multi-turn logs repeat every earlier turn in each later request, so encoding whole prompts costs O(turns^2)
+tokenizer work. The rendered prompt is cut at special-token strings (`Tokenizer.split_special`); each piece is
+looked up in an LRU cache (text -> ids, bounded by bytes) and the misses of a whole batch are encoded in one
+batched call. Special tokens are atomic in tiktoken and HF tokenizers, so the concatenation is exactly the
+ids of the whole text (docs/tokenizers.md; tests/test_tokenize.py checks it on real ShareGPT chats).
+Tokenizers that are not split-invariant (SentencePiece prefix space) are cached by whole text instead.
+
+What vLLM does (cited from its source):
+- chat: `apply_chat_template(..., tokenize=False, add_generation_prompt=True)` then `encode(text,
+  add_special_tokens=False)` (vllm/renderers/hf.py `safe_apply_chat_template`; vllm/renderers/base.py
+  `default_chat_tok_params`, `_tokenize_prompt`; vllm/entrypoints/openai/chat_completion/protocol.py
+  `ChatCompletionRequest.add_special_tokens` default False, `add_generation_prompt` default True);
+- completions: `encode(prompt, add_special_tokens=True)`, e.g. BOS for Llama (vllm/renderers/base.py
+  `default_cmpl_tok_params`; completion/protocol.py `CompletionRequest.add_special_tokens` default True);
+- outputs: the generated text encoded without added special tokens, as `vllm bench serve` counts them.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from advisor.errors import TokenizerError
+from advisor.record import Request
+from advisor.tokenize.base import Tokenizer
+
+_ENTRY_OVERHEAD = 120  # bytes per cache entry beyond text and ids (dict slot, array header): an estimate
+
+
+@dataclass(slots=True)
+class TokenizedRequest:
+    """A request with the token ids vLLM would see; ids are None when the log has no text for them."""
+
+    request: Request
+    prompt_ids: np.ndarray | None  # int32
+    output_ids: np.ndarray | None  # int32
+
+    @property
+    def prompt_len(self) -> int | None:
+        """Tokens in the prompt: from the ids, else as logged (token-free traces)."""
+        return len(self.prompt_ids) if self.prompt_ids is not None else self.request.prompt_tokens
+
+    @property
+    def output_len(self) -> int | None:
+        """Tokens in the completion: from the ids, else as logged."""
+        return len(self.output_ids) if self.output_ids is not None else self.request.completion_tokens
+
+
+@dataclass
+class TokenizeStats:
+    """Work done so far, for benchmarks and the report's performance notes."""
+
+    pieces: int = 0  # text pieces looked up
+    cache_hits: int = 0
+    encoded_texts: int = 0  # distinct texts sent to the tokenizer
+    encoded_chars: int = 0
+    tokens: int = 0  # prompt + output tokens produced
+    evictions: int = 0
+
+
+class _PieceCache:
+    """LRU map text -> int32 ids, bounded by an estimate of its memory in bytes."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def get(self, text: str) -> np.ndarray | None:
+        ids = self._entries.get(text)
+        if ids is not None:
+            self._entries.move_to_end(text)
+        return ids
+
+    def put(self, text: str, ids: np.ndarray) -> int:
+        """Insert; returns how many entries were evicted to stay within the budget."""
+        if text in self._entries:
+            return 0
+        size = len(text) + ids.nbytes + _ENTRY_OVERHEAD
+        if size > self.max_bytes:
+            return 0
+        self._entries[text] = ids
+        self.bytes += size
+        evicted = 0
+        while self.bytes > self.max_bytes:
+            old_text, old_ids = self._entries.popitem(last=False)
+            self.bytes -= len(old_text) + old_ids.nbytes + _ENTRY_OVERHEAD
+            evicted += 1
+        return evicted
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class RequestTokenizer:
+    """Turns Requests into token ids with the per-piece cache (one instance per run; not thread-safe)."""
+
+    def __init__(self, tokenizer: Tokenizer, cache_bytes: int = 256 << 20):
+        self.tokenizer = tokenizer
+        self.stats = TokenizeStats()
+        self._cache = _PieceCache(cache_bytes)
+        self._special = {}  # special id -> 1-element array, reused
+        self._prefix = np.asarray(tokenizer.completion_prefix, dtype=np.int32)
+        self._suffix = np.asarray(tokenizer.completion_suffix, dtype=np.int32)
+
+    def tokenize(self, requests: Sequence[Request]) -> list[TokenizedRequest]:
+        """Token ids for one batch of requests; all cache misses of the batch are encoded in one call."""
+        plans: list[tuple[list | None, list | None]] = []
+        for request in requests:
+            try:
+                plans.append((self._prompt_plan(request), self._split(request.completion)))
+            except TokenizerError as exc:
+                raise TokenizerError(f"{request.source}: {exc}") from exc
+        found = self._encode_misses(plans)
+        return [
+            TokenizedRequest(request, self._assemble(prompt, found), self._assemble(output, found))
+            for request, (prompt, output) in zip(requests, plans)
+        ]
+
+    def _prompt_plan(self, request: Request) -> list | None:
+        if request.messages is not None:
+            return self._split(self.tokenizer.render_chat(request.messages))
+        if request.prompt is not None:
+            return [self._prefix, *self._split(request.prompt), self._suffix]
+        return None
+
+    def _split(self, text: str | None) -> list | None:
+        """Pieces of `text`: str (to look up / encode) or int32 arrays (special tokens, affixes)."""
+        if text is None:
+            return None
+        if not self.tokenizer.split_invariant:
+            return [text] if text else []
+        out: list = []
+        for piece in self.tokenizer.split_special(text):
+            if isinstance(piece, int):
+                array = self._special.get(piece)
+                if array is None:
+                    array = self._special[piece] = np.array([piece], dtype=np.int32)
+                out.append(array)
+            else:
+                out.append(piece)
+        return out
+
+    def _encode_misses(self, plans: list[tuple[list | None, list | None]]) -> dict[str, np.ndarray]:
+        """Ids of every text piece in the batch: cache hits, plus the misses encoded in one batched call.
+
+        Returned as a dict local to the batch so that evictions during insertion cannot lose a piece.
+        """
+        found: dict[str, np.ndarray] = {}
+        misses: dict[str, None] = {}
+        stats = self.stats
+        for prompt_and_output in plans:
+            for pieces in prompt_and_output:
+                if pieces is None:
+                    continue
+                for piece in pieces:
+                    if not isinstance(piece, str):
+                        continue
+                    stats.pieces += 1
+                    if piece in found or piece in misses:
+                        stats.cache_hits += 1  # seen earlier in this batch: encoded once
+                        continue
+                    ids = self._cache.get(piece)
+                    if ids is None:
+                        misses[piece] = None
+                    else:
+                        stats.cache_hits += 1
+                        found[piece] = ids
+        if misses:
+            texts = list(misses)
+            if self.tokenizer.split_invariant:
+                encoded = self.tokenizer.encode_ordinary(texts)
+            else:
+                encoded = self.tokenizer.encode_texts(texts, special=True)
+            stats.encoded_texts += len(texts)
+            stats.encoded_chars += sum(map(len, texts))
+            for text, ids in zip(texts, encoded):
+                array = np.asarray(ids, dtype=np.int32)
+                found[text] = array
+                stats.evictions += self._cache.put(text, array)
+        return found
+
+    def _assemble(self, plan: list | None, found: dict[str, np.ndarray]) -> np.ndarray | None:
+        if plan is None:
+            return None
+        arrays = [found[part] if isinstance(part, str) else part for part in plan]
+        ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32)
+        self.stats.tokens += len(ids)
+        return ids

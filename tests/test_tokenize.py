@@ -1,0 +1,368 @@
+"""Tokenize stage: ids and rendered prompts as vLLM's server produces them, and the piece cache's exactness.
+
+vLLM semantics pinned here (read in vLLM's source):
+- chat: vllm/renderers/hf.py `safe_apply_chat_template` renders `tokenizer.apply_chat_template(conversation,
+  tokenize=False, add_generation_prompt=True)`; vllm/renderers/base.py `default_chat_tok_params` encodes the
+  text with add_special_tokens=False (ChatCompletionRequest.add_special_tokens defaults to False in
+  vllm/entrypoints/openai/chat_completion/protocol.py), so the template's own <|begin_of_text|> is the only BOS;
+- completions: `default_cmpl_tok_params` / CompletionRequest.add_special_tokens=True: the post-processor's BOS;
+- content format: vllm/renderers/hf.py `_detect_content_format` passes OpenAI-style parts to templates that
+  loop over message content, plain strings otherwise.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+import tiktoken
+import tiktoken.load
+
+from advisor.errors import TokenizerError
+from advisor.record import Message, Request
+from advisor.tokenize import RequestTokenizer, load_tokenizer
+from advisor.tokenize import chat as chat_module
+
+# Written here from llama_models/llama3/tokenizer.py (Tokenizer.pat_str), independently of the module.
+LLAMA3_PAT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+    r"\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+CONVERSATION = (
+    Message("system", "You are a concise assistant."),
+    Message("user", "What is 12345 * 3?  Answer\tbriefly."),
+    Message("assistant", " 37035. "),
+    Message("user", "Thanks! Now in French, s'il vous plaît."),
+)
+
+
+@pytest.fixture(scope="module")
+def default_tok():
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def independent_llama3() -> tiktoken.Encoding:
+    """Llama 3 built straight from llama-models' file with tiktoken's own loader (cache disabled)."""
+    import llama_models
+
+    path = Path(llama_models.__file__).parent / "llama3" / "tokenizer.model"
+    old = os.environ.get("TIKTOKEN_CACHE_DIR")
+    os.environ["TIKTOKEN_CACHE_DIR"] = ""  # tiktoken: "" disables its cache copy
+    try:
+        ranks = tiktoken.load.load_tiktoken_bpe(str(path))
+    finally:
+        if old is None:
+            del os.environ["TIKTOKEN_CACHE_DIR"]
+        else:
+            os.environ["TIKTOKEN_CACHE_DIR"] = old
+    special = {"<|begin_of_text|>": 128000, "<|start_header_id|>": 128006, "<|end_header_id|>": 128007,
+               "<|eot_id|>": 128009}
+    return tiktoken.Encoding("llama3-test", pat_str=LLAMA3_PAT, mergeable_ranks=ranks, special_tokens=special)
+
+
+def _sharegpt_requests(path: Path, conversations: int) -> list[Request]:
+    """One chat request per assistant turn: the history up to it as messages, the reply as completion."""
+    data = orjson.loads(path.read_bytes())
+    requests = []
+    for conv in data[:conversations]:
+        history: list[Message] = []
+        for turn in conv["conversations"]:
+            role = {"human": "user", "gpt": "assistant"}.get(turn["from"], turn["from"])
+            if role == "assistant" and history:
+                requests.append(Request(source=f"sharegpt:{conv['id']}#{len(requests)}", messages=tuple(history),
+                                        completion=turn["value"]))
+            history.append(Message(role, turn["value"]))
+    return requests
+
+
+# ---------------------------------------------------------------- default tokenizer (llama-models + Llama 3.1)
+
+def test_import_stays_light():
+    code = "import advisor, advisor.tokenize, sys; assert 'transformers' not in sys.modules, 'transformers imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("text", [
+    "Hello, world!",
+    "  leading spaces and trailing   ",
+    "Numbers 1234567 and 3.14159; emoji 🤖🚀 and CJK 你好世界",
+    "def f(x):\n\treturn x**2  # comment\n\n\n",
+    "It's we'VE they'll I'd",
+])
+def test_default_ids_equal_independent_tiktoken(default_tok, independent_llama3, text):
+    assert default_tok.encode_texts([text], special=False) == [independent_llama3.encode_ordinary(text)]
+
+
+def test_default_parses_special_tokens_like_independent(default_tok, independent_llama3):
+    text = "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+    ours = default_tok.encode_texts([text], special=True)[0]
+    assert ours == independent_llama3.encode(text, allowed_special="all")
+    assert ours[0] == 128006 and ours[-1] == 128009
+    # special=False: the same strings are ordinary text
+    assert 128006 not in default_tok.encode_texts([text], special=False)[0]
+
+
+def test_default_special_token_names_follow_hf_llama31(default_tok):
+    ids = default_tok.special_ids
+    assert len(ids) == 256 and sorted(ids.values()) == list(range(128000, 128256))
+    assert ids["<|begin_of_text|>"] == 128000 and ids["<|eot_id|>"] == 128009 and ids["<|eom_id|>"] == 128008
+    assert ids["<|python_tag|>"] == 128010 and ids["<|finetune_right_pad_id|>"] == 128004
+    assert ids["<|reserved_special_token_2|>"] == 128005 and ids["<|reserved_special_token_3|>"] == 128011
+    assert ids["<|reserved_special_token_247|>"] == 128255
+    assert default_tok.eos_token_ids == (128001, 128008, 128009)
+    assert default_tok.info.vocab_size == 128256 and default_tok.info.is_default
+
+
+def test_default_template_renders_official_llama31_format(default_tok):
+    rendered = default_tok.render_chat(CONVERSATION)
+    assert rendered == (
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+        "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+        "You are a concise assistant.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nWhat is 12345 * 3?  Answer\tbriefly.<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n37035.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nThanks! Now in French, s'il vous plaît.<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+
+
+def test_default_template_equals_transformers_renderer(default_tok):
+    """Our jinja environment vs transformers' own (transformers/utils/chat_template_utils.py)."""
+    chat_utils = pytest.importorskip("transformers.utils.chat_template_utils")
+    source = (Path(chat_module.__file__).parent.parent / "data" / "llama3.1_chat_template.jinja").read_text()
+    for messages in (CONVERSATION, CONVERSATION[1:], CONVERSATION[:2]):
+        expected, _ = chat_utils.render_jinja_template(
+            conversations=[[{"role": m.role, "content": m.content} for m in messages]],
+            chat_template=source, add_generation_prompt=True, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>",
+        )
+        assert default_tok.render_chat(messages) == expected[0]
+
+
+def test_content_format_detection():
+    assert chat_module.content_format(CHATML) == "string"
+    looping = "{% for m in messages %}{% for part in m['content'] %}{{ part['text'] }}{% endfor %}{% endfor %}"
+    assert chat_module.content_format(looping) == "openai"
+    rendered = chat_module.render(chat_module.compile_template(looping), "openai", [Message("user", "x y")], {})
+    assert rendered == "x y"
+
+
+def test_request_kinds_default(default_tok):
+    rt = RequestTokenizer(default_tok)
+    chat_req = Request(source="t:1", messages=CONVERSATION, completion="Merci !")
+    completion_req = Request(source="t:2", prompt="Once upon a time", completion=" there was")
+    trace_req = Request(source="t:3", prompt_tokens=700, completion_tokens=40)
+    chat_out, comp_out, trace_out = rt.tokenize([chat_req, completion_req, trace_req])
+    rendered = default_tok.render_chat(CONVERSATION)
+    assert chat_out.prompt_ids.tolist() == default_tok.encode_texts([rendered], special=True)[0]
+    assert chat_out.prompt_ids.tolist().count(128000) == 1  # the template's BOS only (add_special_tokens=False)
+    assert chat_out.output_ids.tolist() == default_tok.encode_texts(["Merci !"], special=True)[0]
+    assert comp_out.prompt_ids.tolist() == [128000, *default_tok.encode_texts(["Once upon a time"], special=True)[0]]
+    assert comp_out.prompt_ids.dtype == np.int32
+    assert trace_out.prompt_ids is None and trace_out.output_ids is None
+    assert (trace_out.prompt_len, trace_out.output_len) == (700, 40)
+    assert chat_out.prompt_len == len(chat_out.prompt_ids)
+
+
+# ---------------------------------------------------------------- piece cache on real multi-turn data
+
+@pytest.mark.real_data
+def test_piece_cache_exact_on_sharegpt(default_tok, real_file):
+    requests = _sharegpt_requests(real_file("sharegpt_v3_subset.json"), 300)
+    assert len(requests) > 900  # about 3 assistant turns per conversation
+    out = RequestTokenizer(default_tok).tokenize(requests)
+    whole_prompts = default_tok.encode_texts([default_tok.render_chat(r.messages) for r in requests], special=True)
+    whole_outputs = default_tok.encode_texts([r.completion for r in requests], special=True)
+    for got, prompt, output in zip(out, whole_prompts, whole_outputs):
+        assert got.prompt_ids.tolist() == prompt
+        assert got.output_ids.tolist() == output
+
+
+@pytest.mark.real_data
+def test_each_distinct_piece_encoded_once(default_tok, real_file, monkeypatch):
+    requests = _sharegpt_requests(real_file("sharegpt_v3_subset.json"), 200)
+    calls: list[list[str]] = []
+    real_encode = default_tok.encode_ordinary
+
+    def spy(texts):
+        calls.append(list(texts))
+        return real_encode(texts)
+
+    monkeypatch.setattr(default_tok, "encode_ordinary", spy)
+    rt = RequestTokenizer(default_tok)
+    first = rt.tokenize(requests)
+    assert len(calls) == 1, "one batched encoder call per tokenize() batch"
+    encoded = calls[0]
+    assert len(encoded) == len(set(encoded))
+    distinct = {p for r in requests for text in (default_tok.render_chat(r.messages), r.completion)
+                for p in default_tok.split_special(text) if isinstance(p, str)}
+    assert set(encoded) == distinct
+    # every earlier turn repeats in later requests: most piece look-ups are hits
+    assert rt.stats.cache_hits == rt.stats.pieces - len(encoded)
+    assert rt.stats.cache_hits > 3 * len(encoded)
+    again = rt.tokenize(requests)
+    assert len(calls) == 1, "a second pass is served from the cache"
+    assert all(np.array_equal(a.prompt_ids, b.prompt_ids) for a, b in zip(first, again))
+
+
+@pytest.mark.real_data
+def test_tiny_cache_evicts_and_stays_exact(default_tok, real_file):
+    requests = _sharegpt_requests(real_file("sharegpt_v3_subset.json"), 40)
+    reference = RequestTokenizer(default_tok).tokenize(requests)
+    small = RequestTokenizer(default_tok, cache_bytes=64 << 10)
+    got = [t for i in range(0, len(requests), 16) for t in small.tokenize(requests[i:i + 16])]
+    assert small.stats.evictions > 0 and small._cache.bytes <= 64 << 10
+    assert all(np.array_equal(a.prompt_ids, b.prompt_ids) for a, b in zip(reference, got))
+
+
+# ---------------------------------------------------------------- HF tokenizers built locally
+
+def _train_tiny(pre_tokenizer: str):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    if pre_tokenizer == "bytelevel":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    else:  # SentencePiece-style prefix space: not split-invariant
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
+        alphabet = []
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<s>", "</s>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=alphabet)
+    corpus = ["Hello world, this is a small test corpus.", "The quick brown fox jumps over the lazy dog!",
+              "user assistant system: numbers 12345 and tabs\tand\nnewlines."]
+    tok.train_from_iterator(corpus * 20, trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    return tok
+
+
+def _write_hf_dir(folder: Path, pre_tokenizer: str = "bytelevel", template: str | None = CHATML) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    _train_tiny(pre_tokenizer).save(str(folder / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "<|im_end|>"}
+    if template is not None:
+        config["chat_template"] = template
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    return _write_hf_dir(tmp_path_factory.mktemp("tiny") / "tok")
+
+
+def test_hf_dir_render_and_ids_match_transformers(tiny_dir):
+    transformers = pytest.importorskip("transformers")
+    tok = load_tokenizer(str(tiny_dir))
+    assert tok.info.kind == "hf" and tok.info.chat_template and tok.split_invariant
+    hf = transformers.AutoTokenizer.from_pretrained(str(tiny_dir), local_files_only=True)
+    messages = [{"role": m.role, "content": m.content} for m in CONVERSATION]
+    rendered = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert tok.render_chat(CONVERSATION) == rendered
+    requests = [
+        Request(source="t:1", messages=CONVERSATION, completion="Merci <|im_end|> bien"),
+        Request(source="t:2", messages=CONVERSATION[:2], completion="37035"),
+        Request(source="t:3", prompt="Hello <|im_start|>world", completion=" fox"),
+    ]
+    out = RequestTokenizer(tok).tokenize(requests)
+    assert out[0].prompt_ids.tolist() == hf.encode(rendered, add_special_tokens=False)
+    assert out[0].output_ids.tolist() == hf.encode("Merci <|im_end|> bien", add_special_tokens=False)
+    assert out[2].prompt_ids.tolist() == hf.encode("Hello <|im_start|>world", add_special_tokens=True)
+    assert out[2].prompt_ids[0] == hf.bos_token_id
+    # batch equals one by one
+    single = [RequestTokenizer(tok).tokenize([r])[0] for r in requests]
+    assert all(np.array_equal(a.prompt_ids, b.prompt_ids) for a, b in zip(out, single))
+    assert tok.encode_texts(["a b", "Hello"], special=True) == [tok.encode_texts([t], special=True)[0]
+                                                              for t in ["a b", "Hello"]]
+
+
+def test_metaspace_tokenizer_falls_back_to_whole_text(tmp_path):
+    folder = _write_hf_dir(tmp_path / "sp", pre_tokenizer="metaspace")
+    tok = load_tokenizer(str(folder))
+    assert not tok.split_invariant and "Metaspace" in tok.split_note
+    backend = tok.backend
+    requests = [Request(source="t:1", messages=CONVERSATION, completion="Hello world"),
+                Request(source="t:2", prompt="Hello world")]
+    out = RequestTokenizer(tok).tokenize(requests)
+    rendered = tok.render_chat(CONVERSATION)
+    assert out[0].prompt_ids.tolist() == backend.encode(rendered, add_special_tokens=False).ids
+    assert out[1].prompt_ids.tolist() == backend.encode("Hello world", add_special_tokens=True).ids
+    # the reason for the fallback: pieces would tokenize differently here
+    pieces = [i for p in tok.split_special(rendered)
+              for i in ([p] if isinstance(p, int) else backend.encode(p, add_special_tokens=False).ids)]
+    assert pieces != out[0].prompt_ids.tolist()
+
+
+def test_bare_tokenizer_json_uses_documented_fallback(tiny_dir):
+    tok = load_tokenizer(str(tiny_dir / "tokenizer.json"))
+    assert tok.info.chat_template is False and "approximate" in tok.info.warning
+    assert tok.render_chat(CONVERSATION[:2]) == (
+        "system: You are a concise assistant.\n\nuser: What is 12345 * 3?  Answer\tbriefly.\n\nassistant: "
+    )
+
+
+def test_model_implies_its_tokenizer(tiny_dir):
+    tok = load_tokenizer(model=str(tiny_dir))
+    assert tok.info.kind == "hf" and tok.info.model_match is True and tok.info.warning is None
+
+
+def test_default_when_model_not_found_says_so():
+    other = load_tokenizer(model="/nonexistent/Qwen3-8B")
+    assert other.info.is_default and other.info.model_match is False and "approximate" in other.info.warning
+    llama = load_tokenizer(model="/nonexistent/Llama-3.1-8B-Instruct")
+    assert llama.info.model_match is True and llama.info.warning is None
+
+
+# ---------------------------------------------------------------- errors, offline
+
+def test_unknown_path_or_uncached_id_is_a_tokenizer_error(tmp_path):
+    """Run in a fresh interpreter with an empty HF cache and sockets disabled: nothing may touch the network."""
+    code = f"""
+import socket
+def refuse(*a, **k):
+    raise AssertionError('network attempted')
+socket.socket.connect = refuse
+socket.create_connection = refuse
+from advisor.errors import TokenizerError
+from advisor.tokenize import load_tokenizer
+for spec in ['{tmp_path}/missing', 'some-org/some-model', 'tiktoken:o200k_base', 'tiktoken:nope']:
+    try:
+        load_tokenizer(spec)
+    except TokenizerError as exc:
+        print(spec, '->', exc)
+    else:
+        raise SystemExit(spec + ' loaded')
+"""
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "TIKTOKEN_CACHE_DIR": str(tmp_path / "tt")}
+    env.pop("HF_HUB_OFFLINE", None)  # the loader must set it itself
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "local Hugging Face cache" in lines[0] and "local Hugging Face cache" in lines[1]
+    assert "TIKTOKEN_CACHE_DIR" in lines[2] and "tiktoken:o200k_base=" in lines[2]
+    assert "unknown tiktoken encoding" in lines[3]
+
+
+def test_tiktoken_file_with_wrong_content_is_rejected(tmp_path):
+    fake = tmp_path / "o200k_base.tiktoken"
+    fake.write_bytes(b"IQ== 0\n")
+    with pytest.raises(TokenizerError, match="sha256"):
+        load_tokenizer(f"tiktoken:o200k_base={fake}")
+
+
+def test_non_json_file_is_refused(tmp_path):
+    bpe = tmp_path / "tokenizer.model"
+    bpe.write_text("IQ== 0\n")
+    with pytest.raises(TokenizerError, match="tiktoken:<encoding>="):
+        load_tokenizer(str(bpe))
