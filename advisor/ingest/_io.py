@@ -212,12 +212,10 @@ def iter_json_lines(source: Source, sink: Sink) -> Iterator[tuple[int, Any]]:
         try:
             yield number, orjson.loads(text)
         except orjson.JSONDecodeError as exc:
-            sink.bad(number, BadRecord("invalid JSON", describe_json_error(exc)))
-
-
-def describe_json_error(exc: orjson.JSONDecodeError) -> str:
-    """orjson's message with the column, never the offending text (it may be private)."""
-    return f"{exc.msg} at column {exc.colno}"
+            # The column within the line (the trailing newline would make orjson count a line 2); never
+            # the offending text, which may be private.
+            column = min(exc.pos, len(text.rstrip("\r\n"))) + 1
+            sink.bad(number, BadRecord("invalid JSON", f"{exc.msg} at column {column}"))
 
 
 def type_name(value: Any) -> str:
