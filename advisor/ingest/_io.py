@@ -192,6 +192,7 @@ def iter_lines(source: Source, sink: Sink, *, keep_blank: bool = False) -> Itera
                     raw = stream.readline(MAX_LINE_BYTES)
                     size += len(raw)
                 sink.stats.records_read += 1
+                size -= len(raw) - len(raw.rstrip(b"\r\n"))  # the line's own bytes, not its terminator
                 sink.bad(number, BadRecord("line too long", f"{size} bytes, limit {MAX_LINE_BYTES}"))
                 continue
             if not keep_blank and not raw.strip():
