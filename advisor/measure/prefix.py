@@ -216,7 +216,9 @@ def top_shared_prefixes(
         return ()
     starts = np.cumsum(block_counts) - block_counts
     depth = np.arange(queries.size) - np.repeat(starts, block_counts)
-    nodes, first, inverse, sharing = np.unique(queries, return_index=True, return_inverse=True, return_counts=True)
+    nodes, first, inverse, sharing = np.unique(
+        queries, return_index=True, return_inverse=True, return_counts=True
+    )
     # Each node's parent is the block before it in its chain (chains are prefix-closed, so any occurrence
     # gives the same parent); roots have none.
     has_parent = depth > 0

@@ -61,7 +61,10 @@ class Distribution:
             "p90": json_float(self.p90),
             "p99": json_float(self.p99),
             "p99_9": json_float(self.p99_9),
-            "histogram": {"edges": [json_float(e) for e in self.hist_edges], "counts": list(self.hist_counts)},
+            "histogram": {
+                "edges": [json_float(e) for e in self.hist_edges],
+                "counts": list(self.hist_counts),
+            },
         }
 
 

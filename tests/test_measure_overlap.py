@@ -1,0 +1,107 @@
+"""N-gram self-overlap (advisor/measure/overlap.py), checked against a naive set implementation."""
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+
+from advisor.measure import overlap
+from advisor.measure.overlap import MAX_N, RequestOverlap, request_overlap, summarize_overlap
+
+
+def naive_overlap(
+    prompt: list[int], output: list[int], context: list[list[int]] | None, max_n: int
+) -> RequestOverlap:
+    """Plain Python sets of n-gram tuples; context n-grams never span two earlier outputs."""
+
+    def grams(seq: list[int], n: int) -> list[tuple[int, ...]]:
+        return [tuple(seq[i : i + n]) for i in range(len(seq) - n + 1)]
+
+    ngrams, in_prompt, in_context = [], [], []
+    for n in range(1, max_n + 1):
+        out = grams(output, n)
+        prompt_set = set(grams(prompt, n))
+        ngrams.append(len(out))
+        in_prompt.append(sum(g in prompt_set for g in out))
+        if context is not None:
+            context_set = {g for segment in context for g in grams(segment, n)}
+            in_context.append(sum(g in context_set for g in out))
+    return RequestOverlap(tuple(ngrams), tuple(in_prompt), tuple(in_context) if context is not None else None)
+
+
+def test_copied_sentence_by_hand() -> None:
+    prompt = np.arange(1, 11)  # 1..10
+    output = np.array([3, 4, 5, 6, 99])  # copies 3..6, then a new token
+    r = request_overlap(prompt, output)
+    assert r.ngrams == (5, 4, 3, 2, 1)
+    assert r.in_prompt == (4, 3, 2, 1, 0)
+    assert r.in_context is None
+
+
+def test_repeats_count_by_position() -> None:
+    # The output n-gram (7, 7) occurs at three positions; each counts once as a position.
+    r = request_overlap(np.array([7, 7]), np.array([7, 7, 7, 7]), max_n=3)
+    assert r.ngrams == (4, 3, 2) and r.in_prompt == (4, 3, 0)
+
+
+def test_context_ngrams_do_not_span_two_earlier_outputs() -> None:
+    context = [np.array([1, 2]), np.array([3, 4])]
+    r = request_overlap(np.array([]), np.array([2, 3]), context=context)
+    assert r.in_context == (2, 0, 0, 0, 0)  # (2, 3) exists only across the boundary
+    assert r.in_prompt == (0, 0, 0, 0, 0)
+    first_turn = request_overlap(np.array([1]), np.array([1, 2]), context=[])
+    assert first_turn.in_context == (0, 0, 0, 0, 0) and first_turn.in_prompt == (1, 0, 0, 0, 0)
+
+
+def test_empty_and_short_outputs() -> None:
+    assert request_overlap(np.array([1, 2, 3]), np.array([])).ngrams == (0, 0, 0, 0, 0)
+    r = request_overlap(np.array([]), np.array([5, 6]), context=[np.array([])])
+    assert r.ngrams == (2, 1, 0, 0, 0) and r.in_prompt == (0, 0, 0, 0, 0) and r.in_context == (0, 0, 0, 0, 0)
+    with pytest.raises(ValueError):
+        request_overlap(np.array([1]), np.array([1]), max_n=0)
+
+
+@pytest.mark.parametrize("id_offset", [0, overlap.TABLE_LIMIT])  # table lookup and binary-search paths
+def test_equals_naive_sets_on_random_data(id_offset: int) -> None:
+    rng = np.random.default_rng(5)
+    for case in range(150):
+        vocabulary = int(rng.choice([3, 8, 50]))  # small vocabularies: many partial matches
+        prompt = rng.integers(0, vocabulary, int(rng.integers(0, 60))) + id_offset
+        output = rng.integers(0, vocabulary, int(rng.integers(0, 40))) + id_offset
+        if case % 3 == 0 and prompt.size > 10:  # copy a stretch of the prompt, as real outputs do
+            output = np.concatenate((output, prompt[2:9], output))
+        context = None
+        if case % 4:
+            sizes = rng.integers(0, 20, case % 3)
+            context = [rng.integers(0, vocabulary, int(size)) + id_offset for size in sizes]
+        max_n = int(rng.integers(1, 7))
+        got = request_overlap(prompt, output, context, max_n)
+        context_lists = None if context is None else [c.tolist() for c in context]
+        expected = naive_overlap(prompt.tolist(), output.tolist(), context_lists, max_n)
+        assert got == expected, f"case {case}"
+
+
+def test_summary_weights_by_ngram_count() -> None:
+    requests = [
+        RequestOverlap((10, 9, 8, 7, 6), (10, 9, 8, 7, 6), None),  # fully copied
+        RequestOverlap((2, 1, 0, 0, 0), (0, 0, 0, 0, 0), (2, 1, 0, 0, 0)),
+    ]
+    s = summarize_overlap(requests)
+    assert s.n == (1, 2, 3, 4, 5) and s.requests == 2
+    assert s.output_ngrams == (12, 10, 8, 7, 6)
+    assert s.prompt_share == (10 / 12, 9 / 10, 1.0, 1.0, 1.0)
+    # Only the second request has conversation context.
+    assert s.context_requests == 1 and s.context_share == (1.0, 1.0, None, None, None)
+    assert np.array_equal(s.per_request_prompt[1], [0.0, 0.0, np.nan, np.nan, np.nan], equal_nan=True)
+    assert np.isnan(s.per_request_context[0]).all()
+    d = orjson.loads(orjson.dumps(s.to_dict()))
+    assert d["prompt_share_request_p50"] == [0.5, 0.5, 1.0, 1.0, 1.0]
+    assert d["context_share_request_p50"] == [1.0, 1.0, None, None, None]
+
+
+def test_summary_of_nothing_and_mismatched_n() -> None:
+    s = summarize_overlap([])
+    assert s.requests == 0 and s.prompt_share == (None,) * MAX_N and s.context_share is None
+    assert s.to_dict()["prompt_share_request_p50"] == [None] * MAX_N
+    with pytest.raises(ValueError):
+        summarize_overlap([RequestOverlap((1,), (1,), None)])
