@@ -167,7 +167,7 @@ def _completion(attributes: dict[str, Any]) -> str | None:
         outputs = _messages(_json_list(attributes["gen_ai.output.messages"], "gen_ai.output.messages"),
                             "gen_ai.output.messages")
         return outputs[0].content if outputs else None
-    legacy = _indexed(attributes, "gen_ai.completion.")
+    legacy = [{"role": "assistant", **item} for item in _indexed(attributes, "gen_ai.completion.")]
     return _messages(legacy, "gen_ai.completion")[0].content if legacy else None
 
 
