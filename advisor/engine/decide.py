@@ -1,0 +1,536 @@
+"""The decision: candidates, their predictions at the observed load, a ranking, evidence and confidence.
+
+Input is the profile report as a plain dict (the JSON of `advise LOGS --json`), optional per-request
+features for segmenting mixed traffic, and the deployment options. The rule the seed guidance insists on:
+decide from the workload's bottleneck. Lookup speculation (ngram, suffix) is judged by its exact replay
+over these logs; model drafts only by cited priors, flagged as needing verification; everything is priced
+at the batch the observed arrivals produce, and "no speculation" is said plainly when nothing pays.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from advisor.engine.cost import CostModel, LoadPoint
+from advisor.engine.knowledge import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    DYNAMIC_K_METHODS,
+    MODELS,
+    ModelSpec,
+    drafts_for,
+    prior_for,
+    resolve_gpu,
+    resolve_model,
+)
+from advisor.engine.load import (
+    SpecPoint,
+    Workload,
+    best_k_per_batch,
+    evaluate,
+    k_for_batch,
+    point_from_replay,
+    points_from_prior,
+)
+
+# A candidate must cut the typical TPOT by at least this factor to be recommended: the H200 measurements
+# varied about 15% between repeated runs at concurrency 8, so smaller predicted gains are not actionable.
+MIN_SPEEDUP = 1.10
+# At peak load a candidate may be at most this much slower than no speculation before it needs a
+# per-batch-size table (or loses).
+PEAK_TOLERANCE = 0.95
+# The --max-num-seqs the H200 measurements ran with; used when the options do not give one.
+DEFAULT_MAX_NUM_SEQS = 256
+# Without timestamps the load is unknown: predictions are made at these running batches, and said so.
+ASSUMED_TYPICAL_BATCH = 4
+ASSUMED_PEAK_BATCH = 32
+# Sample sizes for confidence (requests with replayed outputs).
+HIGH_CONFIDENCE_REQUESTS = 300
+LOW_CONFIDENCE_REQUESTS = 50
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Deployment facts the logs cannot tell. None = assume a default and say so in the report."""
+
+    model: str | None = None
+    gpu: str | None = None
+    tp: int = 1
+    max_num_seqs: int | None = None
+    request_rate: float | None = None  # the business load (req/s) when the logs carry no timestamps
+
+
+@dataclass
+class Candidate:
+    """One configuration with its predictions at typical and peak load."""
+
+    name: str
+    method: str | None
+    speculative_config: dict | None
+    enable_prefix_caching: bool
+    source: str
+    from_replay: bool
+    typical: LoadPoint
+    peak: LoadPoint
+    speedup_typical: float
+    speedup_peak: float
+    tokens_per_step: float = 1.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "method": self.method,
+            "speculative_config": self.speculative_config,
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "source": self.source,
+            "from_replay": self.from_replay,
+            "tokens_per_step": round(self.tokens_per_step, 3),
+            "typical": self.typical.to_dict(),
+            "peak": self.peak.to_dict(),
+            "speedup_typical": round(self.speedup_typical, 3),
+            "speedup_peak": round(self.speedup_peak, 3),
+            "notes": self.notes,
+        }
+
+
+@dataclass
+class Recommendation:
+    """The engine's answer; `to_dict()` is the report's top-level `recommendation` (+ `candidates`)."""
+
+    speculative_config: dict | None
+    enable_prefix_caching: bool
+    evidence: list[str]
+    confidence_level: str
+    confidence_reasons: list[str]
+    predicted: dict
+    candidates: list[Candidate]
+    assumptions: list[str]
+    model: str
+    gpu: str
+    tp: int
+    segments: list[dict] = field(default_factory=list)
+    emitted: dict = field(default_factory=dict)
+    derived: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """The `recommendation` object of the JSON report (candidates are serialised beside it)."""
+        return {
+            "speculative_config": self.speculative_config,
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "evidence": self.evidence,
+            "confidence": {"level": self.confidence_level, "reasons": self.confidence_reasons},
+            "predicted": self.predicted,
+            "assumptions": self.assumptions,
+            "target": {"model": self.model, "gpu": self.gpu, "tp": self.tp},
+            "segments": self.segments,
+            "derived_flags": self.derived,
+            "emitted": self.emitted,
+        }
+
+    def candidates_dict(self) -> list[dict]:
+        return [candidate.to_dict() for candidate in self.candidates]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# inputs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _resolve_target(report: dict, options: EngineOptions, assumptions: list[str]) -> tuple[ModelSpec, bool]:
+    """The target model: the option, else the tokenizer the profile used when the table knows it."""
+    if options.model:
+        return resolve_model(options.model), True
+    tokenizer = (report.get("tokenizer") or {}).get("name")
+    if tokenizer and tokenizer.lower() in MODELS:
+        assumptions.append(f"target model taken from the tokenizer used for profiling: {tokenizer} (pass --model)")
+        return MODELS[tokenizer.lower()], False
+    assumptions.append(f"target model not given: assumed {DEFAULT_MODEL} (pass --model)")
+    return MODELS[DEFAULT_MODEL.lower()], False
+
+
+def _workload(report: dict, cost: CostModel, options: EngineOptions, max_batch: int,
+              assumptions: list[str]) -> Workload:
+    lengths = report.get("lengths") or {}
+    input_len = float((lengths.get("input") or {}).get("mean") or 512)
+    output_len = float((lengths.get("output") or {}).get("mean") or 256)
+    apc = report.get("apc") or {}
+    cached = float(apc.get("hit_rate") or 0.0)
+    arrivals = report.get("arrivals")
+    if arrivals and arrivals.get("request_rate"):
+        typical = float(options.request_rate or arrivals["request_rate"])
+        peak = float(arrivals.get("peak_rate_60s") or arrivals.get("peak_rate_10s") or typical)
+        source = "observed arrivals" if options.request_rate is None else "--request-rate (peak from the logs)"
+        return Workload(typical, max(peak, typical), input_len, output_len, cached, source)
+    if options.request_rate:
+        rate = float(options.request_rate)
+        assumptions.append("no timestamps in the logs: load from --request-rate; peak assumed 2x")
+        return Workload(rate, 2 * rate, input_len, output_len, cached, "--request-rate")
+
+    def rate_for_batch(batch: int) -> float:
+        point = cost.closed_loop(batch, input_len, output_len)
+        return batch / ((point.ttft_ms + (output_len - 1) * point.tpot_ms) / 1e3)
+
+    assumptions.append(
+        f"no timestamps in the logs: load assumed to keep {ASSUMED_TYPICAL_BATCH} requests running "
+        f"(peak {ASSUMED_PEAK_BATCH}); pass --request-rate with your business load"
+    )
+    return Workload(rate_for_batch(ASSUMED_TYPICAL_BATCH), rate_for_batch(min(ASSUMED_PEAK_BATCH, max_batch)),
+                    input_len, output_len, cached, "assumed")
+
+
+def _replay_groups(report: dict) -> dict[str, list[SpecPoint]]:
+    """Replayed settings grouped by proposer settings other than k (one group = one deployable config)."""
+    groups: dict[str, list[SpecPoint]] = {}
+    seen: set[str] = set()
+    for entry in list(report.get("replay") or []) + list(report.get("replay_sweep") or []):
+        point = point_from_replay(entry)
+        if point is None:
+            continue
+        key = json.dumps(point.config, sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        settings = {name: value for name, value in point.config.items() if name != "num_speculative_tokens"}
+        groups.setdefault(json.dumps(settings, sort_keys=True), []).append(point)
+    return groups
+
+
+# ---------------------------------------------------------------------------------------------------------
+# candidates
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _zero_point(point: SpecPoint) -> SpecPoint:
+    """k = 0 under a speculative server (a per-batch-size band that stops drafting)."""
+    return SpecPoint(point.method, 0, point.config, 1.0, 1.0, point.source, point.from_replay, None)
+
+
+def _candidate_for_group(
+    points: list[SpecPoint], cost: CostModel, workload: Workload, max_batch: int,
+    baseline: tuple[LoadPoint, LoadPoint],
+) -> Candidate:
+    """The best k of one proposer setting at typical load, with a per-batch-size table when load varies."""
+    base_typical, base_peak = baseline
+
+    def run(point: SpecPoint, rate: float) -> LoadPoint:
+        return evaluate(cost, workload, rate, point, max_batch)
+
+    best = min(points, key=lambda p: run(p, workload.typical_rate).tpot_ms)
+    typical, peak = run(best, workload.typical_rate), run(best, workload.peak_rate)
+    config = dict(best.config)
+    notes: list[str] = []
+    if best.method in DYNAMIC_K_METHODS and len(points) > 1:
+        bands = best_k_per_batch(cost, points, workload.mean_context, max_batch)
+        ks = {band[2] for band in bands if band[0] <= max(base_peak.batch, base_typical.batch) * 1.5}
+        if len(ks) > 1 or 0 in ks:
+            by_k = {p.k: p for p in points}
+
+            def tabled(base: LoadPoint, rate: float) -> LoadPoint:
+                k = k_for_batch(bands, base.batch)
+                return run(by_k[k] if k in by_k else _zero_point(best), rate)
+
+            table_typical, table_peak = tabled(base_typical, workload.typical_rate), tabled(base_peak, workload.peak_rate)
+            if table_peak.tpot_ms < peak.tpot_ms or table_typical.tpot_ms < typical.tpot_ms:
+                config["num_speculative_tokens"] = max(band[2] for band in bands) or best.k
+                config["num_speculative_tokens_per_batch_size"] = bands
+                typical, peak = table_typical, table_peak
+                notes.append("k per batch-size band: " + ", ".join(f"{s}-{e}: k={k}" for s, e, k in bands))
+    speedup_peak = base_peak.tpot_ms / peak.tpot_ms if peak.tpot_ms > 0 else 0.0
+    if speedup_peak < PEAK_TOLERANCE:
+        notes.append(f"{1 / speedup_peak:.2f}x slower than no speculation at peak load")
+    return Candidate(
+        name=best.label(),
+        method=best.method,
+        speculative_config=config,
+        enable_prefix_caching=True,
+        source=best.source,
+        from_replay=best.from_replay,
+        typical=typical,
+        peak=peak,
+        speedup_typical=base_typical.tpot_ms / typical.tpot_ms,
+        speedup_peak=speedup_peak,
+        tokens_per_step=best.tokens_per_step,
+        notes=notes,
+    )
+
+
+def _rank_key(candidate: Candidate) -> tuple:
+    slower_at_peak = candidate.method is not None and candidate.speedup_peak < PEAK_TOLERANCE
+    return (slower_at_peak, candidate.typical.tpot_ms, -candidate.typical.output_tps)
+
+
+def _choose(candidates: list[Candidate]) -> Candidate | None:
+    """The recommended speculative candidate, or None for no speculation.
+
+    A measurement on these logs beats a prior measured on other prompts: a prior-based candidate (model
+    drafts) wins only when no replayed candidate pays, and then with low confidence.
+    """
+    paying = [c for c in candidates if c.method is not None and c.speedup_peak >= PEAK_TOLERANCE
+              and c.speedup_typical >= MIN_SPEEDUP]
+    replayed = [c for c in paying if c.from_replay]
+    pool = replayed or paying
+    return min(pool, key=_rank_key) if pool else None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# evidence and confidence
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.0f}%"
+
+
+def _evidence(report: dict, workload: Workload, cost: CostModel, chosen: Candidate | None,
+              baseline: tuple[LoadPoint, LoadPoint], groups: dict[str, list[SpecPoint]],
+              candidates: list[Candidate]) -> list[str]:
+    lines: list[str] = []
+    overlap = ((report.get("overlap") or {}).get("prompt") or {}).get("4")
+    if overlap is not None:
+        lines.append(f"{_pct(overlap)} of output 4-grams occur in the prompt")
+    lengths = report.get("lengths") or {}
+    if lengths.get("decode_share") is not None:
+        lines.append(
+            f"mean prompt {workload.input_len:.0f} tokens, mean output {workload.output_len:.0f} tokens; "
+            f"decode is {_pct(lengths['decode_share'])} of tokens"
+        )
+    base_typical, base_peak = baseline
+    weights_ms = cost.weight_bytes(base_typical.batch) / (cost.gpu.bandwidth * cost.cal.bandwidth_efficiency) * 1e3
+    lines.append(
+        f"{workload.rate_source}: {workload.typical_rate:.2f} req/s typical, {workload.peak_rate:.2f} req/s at peak "
+        f"-> running batch {base_typical.batch:.1f} typical and {base_peak.batch:.1f} at peak on {cost.gpu.name} "
+        f"(Little's law); weight reads are {_pct(weights_ms / base_typical.step_ms)} of a typical step "
+        + ("(decode bandwidth-bound)" if weights_ms / base_typical.step_ms > 0.4 else "(batch large: compute matters)")
+    )
+    if base_peak.saturated:
+        lines.append(f"at peak the server saturates (batch pinned at {base_peak.batch:.0f}): requests queue")
+    for points in groups.values():
+        best = max(points, key=lambda p: p.tokens_per_step)
+        if best.mean_acceptance_length is not None:
+            lines.append(
+                f"replayed {best.label()}: mean acceptance length {best.mean_acceptance_length:.2f} when drafting, "
+                f"drafts on {_pct(best.draft_step_share or 0)} of steps, {best.tokens_per_step:.2f} tokens per step overall"
+            )
+    apc = report.get("apc")
+    if apc and apc.get("hit_rate") is not None:
+        lines.append(
+            f"prefix-cache replay: {_pct(apc['hit_rate'])} of prompt tokens hit with {apc.get('capacity_blocks')} "
+            f"blocks of {apc.get('block_size')} (ceiling {_pct(apc.get('ceiling') or 0)}); APC only shortens prefill"
+        )
+    for candidate in candidates:
+        if candidate is not chosen and not candidate.from_replay and candidate.speedup_typical >= MIN_SPEEDUP:
+            lines.append(f"{candidate.name} would give {candidate.speedup_typical:.2f}x by a published prior "
+                         f"({candidate.source}): worth its own A/B with `advise verify`")
+    if chosen is None:
+        lines.append(
+            f"no speculation: no candidate cuts the typical TPOT by {_pct(MIN_SPEEDUP - 1)} or more without slowing "
+            "the peak"
+        )
+    else:
+        lines.append(
+            f"{chosen.name}: predicted TPOT {chosen.typical.tpot_ms:.2f} ms vs {base_typical.tpot_ms:.2f} ms typical "
+            f"({chosen.speedup_typical:.2f}x), {chosen.peak.tpot_ms:.2f} vs {base_peak.tpot_ms:.2f} ms at peak "
+            f"({chosen.speedup_peak:.2f}x); source: {chosen.source}"
+        )
+    return lines
+
+
+def _confidence(report: dict, chosen: Candidate | None, assumptions: list[str],
+                model_given: bool, gpu_given: bool) -> tuple[str, list[str]]:
+    """high / medium / low with the reasons that lowered it (docs/engine.md defines the levels)."""
+    order = {"high": 2, "medium": 1, "low": 0}
+    level = "high"
+    reasons: list[str] = []
+
+    def lower(to: str, reason: str) -> None:
+        nonlocal level
+        reasons.append(reason)
+        if order[to] < order[level]:
+            level = to
+
+    requests = (report.get("ingest") or {}).get("requests") or 0
+    if requests < LOW_CONFIDENCE_REQUESTS:
+        lower("low", f"only {requests} requests (< {LOW_CONFIDENCE_REQUESTS})")
+    elif requests < HIGH_CONFIDENCE_REQUESTS:
+        lower("medium", f"{requests} requests (< {HIGH_CONFIDENCE_REQUESTS})")
+    tokenizer = report.get("tokenizer") or {}
+    if tokenizer.get("warning") or tokenizer.get("model_match") is False:
+        lower("medium", "the profiling tokenizer is not the target's: token counts and n-gram matches are approximate")
+    temperature = (report.get("sampling") or {}).get("temperature") or {}
+    if (temperature.get("missing_share") or 0) > 0.5:
+        lower("medium", "sampling temperature not logged: the replay assumes the logged outputs are what the target emits")
+    elif (temperature.get("greedy_share") or 1.0) < 0.5:
+        lower("medium", f"most requests sample (median temperature {temperature.get('p50')}): live acceptance varies")
+    if not report.get("arrivals"):
+        lower("medium", "no timestamps: the load is assumed")
+    if not model_given or not gpu_given:
+        lower("medium", "target model or GPU assumed")
+    if chosen is not None and not chosen.from_replay:
+        lower("low", "the recommended method's acceptance is a published prior, not measured on these logs")
+    if chosen is not None and not report.get("replay") and chosen.from_replay:
+        lower("medium", "replay results incomplete")
+    if not reasons:
+        reasons.append("replayed on enough requests with the target's tokenizer, greedy sampling and observed load")
+    return level, reasons
+
+
+# ---------------------------------------------------------------------------------------------------------
+# segments
+# ---------------------------------------------------------------------------------------------------------
+
+SEGMENT_FEATURES = ("input_len", "output_len", "prompt_overlap_4", "prefix_hit_ratio")
+MIN_SEGMENT_REQUESTS = 40
+MIN_SEGMENT_SHARE = 0.05
+MIN_SILHOUETTE = 0.35
+LOOKUP_OVERLAP = 0.3  # mean output 4-gram overlap from which lookup speculation is worth replaying
+NO_LOOKUP_OVERLAP = 0.1
+
+
+def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> list[dict]:
+    """Clusters requests (KMeans over log lengths, prompt overlap and prefix hits) when traffic is mixed.
+
+    Returns [] for homogeneous traffic: clusters count only when well separated (silhouette >=
+    MIN_SILHOUETTE) and each holds at least MIN_SEGMENT_SHARE of the requests.
+    """
+    if not features:
+        return []
+    columns = [name for name in SEGMENT_FEATURES if name in features]
+    if "input_len" not in columns or "output_len" not in columns:
+        return []
+    matrix = np.column_stack([np.asarray(features[name], dtype=float) for name in columns])
+    matrix = matrix[np.all(np.isfinite(matrix), axis=1)]
+    if len(matrix) < 2 * MIN_SEGMENT_REQUESTS:
+        return []
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import silhouette_score
+
+    scaled = matrix.copy()
+    for index, name in enumerate(columns):
+        if name.endswith("_len"):
+            scaled[:, index] = np.log1p(scaled[:, index])
+    spread = scaled.std(axis=0)
+    scaled = (scaled - scaled.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
+    rng = np.random.default_rng(seed)
+    sample = rng.choice(len(scaled), size=min(len(scaled), 2000), replace=False)
+    best: tuple[float, np.ndarray] | None = None
+    for clusters in (2, 3, 4):
+        model = KMeans(n_clusters=clusters, n_init=4, random_state=seed).fit(scaled)
+        labels = model.labels_
+        shares = np.bincount(labels, minlength=clusters) / len(labels)
+        if shares.min() < MIN_SEGMENT_SHARE:
+            continue
+        score = float(silhouette_score(scaled[sample], labels[sample]))
+        if score >= MIN_SILHOUETTE and (best is None or score > best[0]):
+            best = (score, labels)
+    if best is None:
+        return []
+    score, labels = best
+    segments = []
+    for label in range(labels.max() + 1):
+        rows = matrix[labels == label]
+        summary = {name: float(np.mean(rows[:, index])) for index, name in enumerate(columns)}
+        overlap = summary.get("prompt_overlap_4")
+        if overlap is None:
+            advice = "no overlap feature: replay this segment separately"
+        elif overlap >= LOOKUP_OVERLAP:
+            advice = "output copies the prompt: lookup speculation (ngram/suffix) is promising for this segment"
+        elif overlap < NO_LOOKUP_OVERLAP:
+            advice = "output rarely copies the prompt: no lookup speculation for this segment"
+        else:
+            advice = "moderate prompt overlap: lookup speculation only at low batch"
+        segments.append(
+            {
+                "segment": label,
+                "requests": int(len(rows)),
+                "share": round(len(rows) / len(matrix), 3),
+                "mean": {name: round(value, 3) for name, value in summary.items()},
+                "advice": advice,
+                "silhouette": round(score, 3),
+            }
+        )
+    return sorted(segments, key=lambda segment: -segment["share"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the decision
+# ---------------------------------------------------------------------------------------------------------
+
+
+def decide(report: dict, features: dict[str, np.ndarray] | None, options: EngineOptions) -> Recommendation:
+    """Recommends APC and a speculative config for the profiled workload (see the module docstring)."""
+    from advisor.emit.configs import emit_all
+
+    assumptions: list[str] = []
+    model, model_given = _resolve_target(report, options, assumptions)
+    gpu_given = bool(options.gpu)
+    if not gpu_given:
+        assumptions.append(f"GPU not given: assumed {DEFAULT_GPU} (pass --gpu)")
+    gpu = resolve_gpu(options.gpu or DEFAULT_GPU)
+    max_batch = options.max_num_seqs or DEFAULT_MAX_NUM_SEQS
+    if options.max_num_seqs is None:
+        assumptions.append(f"--max-num-seqs assumed {DEFAULT_MAX_NUM_SEQS}")
+    cost = CostModel(model, gpu, options.tp)
+    workload = _workload(report, cost, options, max_batch, assumptions)
+
+    base_typical = evaluate(cost, workload, workload.typical_rate, None, max_batch)
+    base_peak = evaluate(cost, workload, workload.peak_rate, None, max_batch)
+    baseline = (base_typical, base_peak)
+    candidates = [
+        Candidate("no speculation", None, None, True, "cost model", True, base_typical, base_peak, 1.0, 1.0)
+    ]
+    groups = _replay_groups(report)
+    for points in groups.values():
+        candidates.append(_candidate_for_group(points, cost, workload, max_batch, baseline))
+    if model_given:
+        for draft in drafts_for(model):
+            prior = prior_for(draft.method, model)
+            if prior is None:
+                continue
+            candidates.append(_candidate_for_group(points_from_prior(prior, draft), cost, workload, max_batch, baseline))
+    apc_off_typical = evaluate(cost, workload, workload.typical_rate, None, max_batch, apc=False)
+    apc_off_peak = evaluate(cost, workload, workload.peak_rate, None, max_batch, apc=False)
+    candidates.append(
+        Candidate("no speculation, APC off", None, None, False, "cost model", True, apc_off_typical, apc_off_peak,
+                  base_typical.tpot_ms / apc_off_typical.tpot_ms, base_peak.tpot_ms / apc_off_peak.tpot_ms)
+    )
+    candidates.sort(key=_rank_key)
+    chosen = _choose(candidates)
+    level, reasons = _confidence(report, chosen, assumptions, model_given, gpu_given)
+    final = chosen or candidates[[c.name for c in candidates].index("no speculation")]
+    predicted = {
+        "tpot_ms": {"baseline": round(base_typical.tpot_ms, 3), "candidate": round(final.typical.tpot_ms, 3)},
+        "tpot_ms_peak": {"baseline": round(base_peak.tpot_ms, 3), "candidate": round(final.peak.tpot_ms, 3)},
+        "output_tps": {"baseline": round(base_typical.output_tps, 1), "candidate": round(final.typical.output_tps, 1)},
+        "speedup": {"typical": round(final.speedup_typical, 3), "peak": round(final.speedup_peak, 3)},
+        "ttft_ms": {
+            "apc_on": round(base_typical.ttft_ms, 2),
+            "apc_off": round(apc_off_typical.ttft_ms, 2),
+            "apc_saving": round(apc_off_typical.ttft_ms - base_typical.ttft_ms, 2),
+        },
+        "batch": {"typical": round(base_typical.batch, 2), "peak": round(base_peak.batch, 2)},
+        "request_rate": {"typical": round(workload.typical_rate, 4), "peak": round(workload.peak_rate, 4),
+                         "source": workload.rate_source},
+        "calibration": cost.cal.source,
+    }
+    recommendation = Recommendation(
+        speculative_config=chosen.speculative_config if chosen else None,
+        enable_prefix_caching=True,
+        evidence=_evidence(report, workload, cost, chosen, baseline, groups, candidates),
+        confidence_level=level,
+        confidence_reasons=reasons,
+        predicted=predicted,
+        candidates=candidates,
+        assumptions=assumptions,
+        model=options.model or model.name,
+        gpu=gpu.name,
+        tp=options.tp,
+        segments=segment_requests(features),
+    )
+    emitted, derived = emit_all(recommendation, report, model, max_peak_batch=math.ceil(base_peak.batch))
+    recommendation.emitted = emitted
+    recommendation.derived = derived
+    return recommendation

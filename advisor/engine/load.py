@@ -1,0 +1,186 @@
+"""Load model: which batch the server runs at, and what each speculative setting yields there.
+
+The gain of speculation depends on load (gpu-h200-measurements.md: AL 3.0 cuts TPOT 2.8x at concurrency 1
+and nothing at 128), so every prediction is made at the batch the observed traffic produces: Little's law
+over the observed request rate (typical: the mean; peak: the busiest 60 s) and lengths. Tokens per step per
+method come from the exact replay of the logs (ngram, suffix) or from a cited prior (model drafts), and the
+source travels with the number.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from advisor.engine.cost import CostModel, LoadPoint, StepLoad
+from advisor.engine.knowledge import ASYNC_INCOMPATIBLE_METHODS, AcceptancePrior, DraftSpec
+
+
+
+@dataclass(frozen=True)
+class SpecPoint:
+    """One speculative setting with its expected tokens per step and verification cost."""
+
+    method: str
+    k: int
+    config: dict  # the speculative-config JSON for this setting
+    tokens_per_step: float  # tokens emitted per sequence per target step (end-to-end, incl. no-draft steps)
+    verify_tokens_per_seq: float  # tokens verified per sequence per step: 1 + drafted tokens per step
+    source: str
+    from_replay: bool
+    draft: DraftSpec | None = None
+    mean_acceptance_length: float | None = None  # conditional on a draft (vLLM's metric)
+    draft_step_share: float | None = None
+
+    @property
+    def async_scheduling(self) -> bool:
+        """Whether the server keeps async scheduling with this method (lookup proposers switch it off)."""
+        return self.method not in ASYNC_INCOMPATIBLE_METHODS
+
+    def label(self) -> str:
+        extras = []
+        if "prompt_lookup_min" in self.config:
+            extras.append(f"window {self.config['prompt_lookup_min']}-{self.config['prompt_lookup_max']}")
+        if "suffix_decoding_max_tree_depth" in self.config:
+            extras.append(f"tree depth {self.config['suffix_decoding_max_tree_depth']}")
+        if self.config.get("model"):
+            extras.append(str(self.config["model"]))
+        return f"{self.method} k={self.k}" + (f" ({', '.join(extras)})" if extras else "")
+
+
+def point_from_replay(entry: dict) -> SpecPoint | None:
+    """A replay result (report["replay"] / ["replay_sweep"] entry) as a SpecPoint; None when it is empty."""
+    tokens_per_step = entry.get("tokens_per_step")
+    output_tokens = entry.get("num_output_tokens") or 0
+    if not tokens_per_step or output_tokens <= 0:
+        return None
+    config = dict(entry["config"])
+    steps = output_tokens / tokens_per_step
+    k = int(config.get("num_speculative_tokens") or config.get("suffix_decoding_max_tree_depth") or 0)
+    return SpecPoint(
+        method=entry["method"],
+        k=k,
+        config=config,
+        tokens_per_step=float(tokens_per_step),
+        verify_tokens_per_seq=1.0 + (entry.get("num_draft_tokens") or 0) / steps,
+        source=f"exact {entry['method']} replay of {entry.get('num_requests', '?')} logged requests",
+        from_replay=True,
+        mean_acceptance_length=entry.get("mean_acceptance_length"),
+        draft_step_share=entry.get("draft_step_share"),
+    )
+
+
+def points_from_prior(prior: AcceptancePrior, draft: DraftSpec) -> list[SpecPoint]:
+    """Points for a model draft from a published prior, for the k the prior measured (no extrapolation);
+    model drafts propose k tokens at every step."""
+    points = []
+    for k in range(1, len(prior.per_position) + 1):
+        config: dict = {"method": draft.method, "num_speculative_tokens": k}
+        if draft.model:
+            config["model"] = draft.model
+        points.append(
+            SpecPoint(
+                method=draft.method,
+                k=k,
+                config=config,
+                tokens_per_step=prior.tokens_per_step(k),
+                verify_tokens_per_seq=k + 1.0,
+                source=f"prior, needs verification: {prior.source}",
+                from_replay=False,
+                draft=draft,
+            )
+        )
+    return points
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the load model needs from the profile: rates (req/s) and mean lengths (tokens)."""
+
+    typical_rate: float
+    peak_rate: float
+    input_len: float
+    output_len: float
+    cached_share: float  # share of prompt tokens served from the prefix cache (APC replay)
+    rate_source: str
+
+    @property
+    def mean_context(self) -> float:
+        return self.input_len + self.output_len / 2
+
+
+def evaluate(
+    cost: CostModel,
+    workload: Workload,
+    rate: float,
+    point: SpecPoint | None,
+    max_batch: int,
+    apc: bool = True,
+) -> LoadPoint:
+    """Steady state at `rate` with speculative setting `point` (None = no speculation, async scheduling on)."""
+    cached = workload.cached_share if apc else 0.0
+    if point is None:
+        return cost.open_loop(rate, workload.input_len, workload.output_len, async_scheduling=True,
+                              cached_share=cached, max_batch=max_batch)
+    draft = point.draft
+    draft_for_batch = (
+        (lambda batch: cost.draft_ms(draft, batch, point.k, workload.mean_context)) if draft is not None else None
+    )
+    return cost.open_loop(
+        rate,
+        workload.input_len,
+        workload.output_len,
+        tokens_per_seq=point.verify_tokens_per_seq,
+        tokens_per_step=point.tokens_per_step,
+        speculative=True,
+        async_scheduling=point.async_scheduling,
+        cached_share=cached,
+        max_batch=max_batch,
+        draft_for_batch=draft_for_batch,
+    )
+
+
+def goodput(cost: CostModel, batch: int, point: SpecPoint | None, mean_context: float,
+            speculative_server: bool = False) -> float:
+    """Output tokens per ms at a fixed batch: batch * E(k) / T_step(batch, k) (SmartSpec, priors.md).
+
+    `speculative_server`: the server runs a lookup proposer, so even k = 0 steps lose async scheduling.
+    """
+    if point is None:
+        load = StepLoad(batch, 1.0, mean_context, async_scheduling=not speculative_server)
+        return batch / cost.step_ms(load)
+    draft = cost.draft_ms(point.draft, batch, point.k, mean_context) if point.draft else 0.0
+    load = StepLoad(batch, point.verify_tokens_per_seq, mean_context, speculative=True,
+                    async_scheduling=point.async_scheduling, draft_ms=draft)
+    return batch * point.tokens_per_step / cost.step_ms(load)
+
+
+def best_k_per_batch(
+    cost: CostModel, points: list[SpecPoint], mean_context: float, max_batch: int
+) -> list[list[int]]:
+    """The k (0 = no drafts) with the highest goodput for every batch size, as vLLM's
+    `num_speculative_tokens_per_batch_size` bands `[start, end, k]` (inclusive, covering 1..max_batch).
+
+    All points must share one method and proposer settings except k: a server has one config.
+    """
+    by_k = {point.k: point for point in points}
+    speculative_server = bool(points) and not points[0].async_scheduling
+    bands: list[list[int]] = []
+    for batch in range(1, max_batch + 1):
+        best_k, best = 0, goodput(cost, batch, None, mean_context, speculative_server)
+        for k, point in sorted(by_k.items()):
+            value = goodput(cost, batch, point, mean_context)
+            if value > best:
+                best_k, best = k, value
+        if bands and bands[-1][2] == best_k:
+            bands[-1][1] = batch
+        else:
+            bands.append([batch, batch, best_k])
+    return bands
+
+
+def k_for_batch(bands: list[list[int]], batch: float) -> int:
+    """The k a `num_speculative_tokens_per_batch_size` table applies at `batch` (vLLM: inclusive ranges)."""
+    size = max(1, round(batch))
+    for start, end, k in bands:
+        if start <= size <= end:
+            return k
+    return bands[-1][2]
