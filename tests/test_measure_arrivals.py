@@ -34,6 +34,7 @@ def test_duplicate_timestamps_are_zero_gaps() -> None:
     # Mooncake-style: several requests in the same millisecond. Gaps 0, 0, 1: mean 1/3, std sqrt(2)/3.
     p = arrival_profile(np.array([0.0, 0.0, 0.0, 1.0]))
     assert p.zero_gap_share == pytest.approx(2 / 3)
+    assert p.smallest_positive_gap_s == 1.0
     assert p.interarrival_cv == pytest.approx(np.sqrt(2))
     assert p.gamma_burstiness == pytest.approx(0.5)
     assert p.peak_rate_1s_rps == 3.0  # [0, 1) holds three; the arrival at 1.0 is outside
@@ -44,6 +45,7 @@ def test_all_at_once_and_single_and_empty() -> None:
     assert same.duration_s == 0.0 and same.mean_rate_rps is None
     assert same.interarrival_cv is None and same.gamma_burstiness is None
     assert same.zero_gap_share == 1.0 and same.counts_per_bin == (5,) and same.peak_rate_1s_rps == 5.0
+    assert same.smallest_positive_gap_s is None
     single = arrival_profile(np.array([42.0]))
     assert single.count == 1 and single.mean_rate_rps is None and single.interarrival.count == 0
     assert single.zero_gap_share is None

@@ -40,6 +40,7 @@ class ArrivalProfile:
     peak_rate_10s_rps: float | None
     interarrival: Distribution
     zero_gap_share: float | None
+    smallest_positive_gap_s: float | None
     interarrival_cv: float | None
     gamma_burstiness: float | None
 
@@ -55,6 +56,7 @@ class ArrivalProfile:
             "peak_rate_10s_rps": json_float(self.peak_rate_10s_rps),
             "interarrival_s": self.interarrival.to_dict(),
             "zero_gap_share": json_float(self.zero_gap_share),
+            "smallest_positive_gap_s": json_float(self.smallest_positive_gap_s),
             "interarrival_cv": json_float(self.interarrival_cv),
             "gamma_burstiness": json_float(self.gamma_burstiness),
         }
@@ -77,14 +79,17 @@ def peak_window_count(sorted_times: np.ndarray, window_s: float) -> int:
 def arrival_profile(timestamps: np.ndarray) -> ArrivalProfile:
     """Rate, rate over time, peaks and burstiness of arrivals (seconds, any order, duplicates allowed).
 
-    Equal timestamps (logs with millisecond or coarser clocks) are zero gaps: they count as a burst, and
-    `zero_gap_share` says how many there are so a reader can judge the clock's resolution.
+    Equal timestamps (logs with millisecond or coarser clocks) are zero gaps: they count as a burst.
+    `zero_gap_share` and `smallest_positive_gap_s` expose the clock's resolution: a log stamped in whole
+    seconds has many zero gaps, which inflate the CV and make 1 s peaks meaningless.
     """
     times = np.sort(as_float_array(timestamps, "timestamps"))
     count = int(times.size)
     gaps = np.diff(times)
     if count == 0:
-        return ArrivalProfile(0, None, None, None, (), None, None, None, distribution(gaps), None, None, None)
+        return ArrivalProfile(
+            0, None, None, None, (), None, None, None, distribution(gaps), None, None, None, None
+        )
     duration = float(times[-1] - times[0])
     bin_s = rate_bin_seconds(duration)
     counts = np.bincount(((times - times[0]) // bin_s).astype(np.int64))
@@ -101,6 +106,7 @@ def arrival_profile(timestamps: np.ndarray) -> ArrivalProfile:
         peak_rate_10s_rps=peak_window_count(times, PEAK_WINDOWS_S[1]) / PEAK_WINDOWS_S[1],
         interarrival=distribution(gaps),
         zero_gap_share=float((gaps == 0).mean()) if gaps.size else None,
+        smallest_positive_gap_s=float(gaps[gaps > 0].min()) if (gaps > 0).any() else None,
         interarrival_cv=cv,
         gamma_burstiness=1.0 / cv**2 if cv else None,
     )
