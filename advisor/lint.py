@@ -403,7 +403,8 @@ def _count_rows(path: Path) -> int | None:
 
 def _yaml_line(text: str, key: str) -> int:
     """1-based line of a top-level key (dashes or underscores) in a YAML text; 1 when not found."""
-    pattern = re.compile(rf"^{re.escape(key).replace('-', '[-_]')}\s*:", re.MULTILINE)
+    name = "[-_]".join(re.escape(part) for part in re.split(r"[-_]", key))
+    pattern = re.compile(rf"^{name}\s*:", re.MULTILINE)
     match = pattern.search(text)
     return text.count("\n", 0, match.start()) + 1 if match else 1
 

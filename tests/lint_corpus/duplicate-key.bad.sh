@@ -1,0 +1,1 @@
+vllm serve meta-llama/Llama-3.1-8B-Instruct --spec-tokens 4 --speculative-config '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'

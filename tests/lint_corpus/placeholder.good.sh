@@ -1,0 +1,2 @@
+vllm serve meta-llama/Llama-3.1-8B-Instruct \
+  --speculative-config '{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}'

@@ -1,0 +1,1 @@
+vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config '{"method": "ngram", "num_speculative_tokens": 4, "disable_by_batch_size": 16}'

@@ -1,0 +1,1 @@
+vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config '{"method": "ngrams", "num_speculative_tokens": 4}'
