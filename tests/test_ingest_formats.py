@@ -398,3 +398,13 @@ def test_mooncake_fixture_shares_prefix_blocks():
     requests, _ = read(str(FIXTURES / "mooncake_trace.jsonl"))
     assert len(requests) == 300 and all(r.prompt_tokens <= len(r.block_hashes) * 512 for r in requests)
     assert sum(r.block_hashes[:1] == (0,) for r in requests) > 30
+
+
+def test_aider_reply_without_input_is_skipped(tmp_path):
+    path = tmp_path / "chat.md"
+    path.write_text("# aider chat started at 2024-08-09 08:07:07\n\n\nOrphan reply.\n\n"
+                    "#### hi  \n\nHello!\n")
+    requests, stats = read(str(path))
+    assert [r.completion for r in requests] == ["Hello!"]
+    assert requests[0].messages == (Message("assistant", "Orphan reply."), Message("user", "hi"))
+    assert stats.problems == [f"{path}:4: malformed turn: a reply with no input before it in its session"]

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from advisor.ingest._io import Sink, Source, iter_lines, parse_iso
+from advisor.ingest._io import BadRecord, Sink, Source, iter_lines, parse_iso
 from advisor.record import Message, Request
 
 NAME = "aider"
@@ -70,11 +70,15 @@ class _Session:
         self.user_lines, self.tool_lines = [], []
         return _Reply(line=line, prompt=tuple(self.history))
 
-    def finish(self, reply: _Reply, source: str) -> Request:
+    def finish(self, reply: _Reply, source: str, sink: Sink) -> Iterator[Request]:
+        """The reply's request (none, counted as malformed, if nothing in its session precedes it)."""
         completion = "\n".join(reply.lines).strip("\n")
         self.history.append(Message("assistant", completion))
+        if not reply.prompt:
+            sink.bad(reply.line, BadRecord("malformed turn", "a reply with no input before it in its session"))
+            return
         self.turn += 1
-        return Request(
+        yield Request(
             source=f"{source}:{reply.line}", timestamp=self.timestamp, conversation_id=self.conversation_id,
             turn=self.turn - 1, messages=reply.prompt, completion=completion, prompt_tokens=reply.prompt_tokens,
             completion_tokens=reply.completion_tokens, cached_tokens=reply.cached_tokens,
@@ -89,7 +93,7 @@ def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
         text = raw.rstrip("\r\n")
         if text.startswith(SESSION_HEADER):
             if reply is not None:
-                yield session.finish(reply, source.name)
+                yield from session.finish(reply, source.name, sink)
                 reply = None
             session = _Session(f"{source.stem}:{number}", parse_iso(text[len(SESSION_HEADER):]))
             state = "header"
@@ -101,7 +105,7 @@ def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
             continue
         if is_user:
             if reply is not None:
-                yield session.finish(reply, source.name)
+                yield from session.finish(reply, source.name, sink)
                 reply = None
             session.user_lines.append(text[5:].removesuffix(LINE_END))
             state = "user"
@@ -122,7 +126,7 @@ def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
             reply.lines.append(text)  # type: ignore[union-attr]
         elif state in ("user", "gap"):
             if reply is not None:
-                yield session.finish(reply, source.name)
+                yield from session.finish(reply, source.name, sink)
             sink.stats.records_read += 1
             reply = session.start_reply(number)
             reply.lines.append(text)
@@ -130,4 +134,4 @@ def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
         else:
             state = "other"  # unprefixed text in a session's preamble: not a reply
     if reply is not None:
-        yield session.finish(reply, source.name)
+        yield from session.finish(reply, source.name, sink)
