@@ -324,6 +324,34 @@ def test_default_when_model_not_found_says_so():
     assert llama.info.model_match is True and llama.info.warning is None
 
 
+@pytest.mark.vllm
+def test_hf_ids_equal_real_vllm(tiny_dir, vllm_python):
+    """vLLM's own tokenizer object and calls: vllm/tokenizers/registry.py `get_tokenizer`; chat as in
+    vllm/renderers/hf.py `safe_apply_chat_template` (apply_chat_template with add_generation_prompt, the
+    template tokenized without added special tokens); completions as vllm/renderers/base.py `_tokenize_prompt`
+    with `default_cmpl_tok_params` (add_special_tokens=True)."""
+    messages = [{"role": m.role, "content": m.content} for m in CONVERSATION]
+    code = f"""
+import json, sys
+from vllm.tokenizers import get_tokenizer
+tok = get_tokenizer({str(tiny_dir)!r})
+messages = json.loads(sys.argv[1])
+chat = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
+completion = tok.encode("Hello <|im_start|>world", add_special_tokens=True)
+print(json.dumps({{"chat": list(chat), "completion": list(completion)}}))
+"""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([str(vllm_python), "-c", code, json.dumps(messages)], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    expected = json.loads(result.stdout.strip().splitlines()[-1])
+    tok = load_tokenizer(str(tiny_dir))
+    chat_req, completion_req = RequestTokenizer(tok).tokenize([
+        Request(source="t:1", messages=CONVERSATION), Request(source="t:2", prompt="Hello <|im_start|>world")])
+    assert chat_req.prompt_ids.tolist() == expected["chat"]
+    assert completion_req.prompt_ids.tolist() == expected["completion"]
+
+
 # ---------------------------------------------------------------- errors, offline
 
 def test_unknown_path_or_uncached_id_is_a_tokenizer_error(tmp_path):

@@ -164,6 +164,7 @@ def find_local(name: str) -> Path | None:
 def load_pretrained(directory: Path, label: str, *, model_match: bool | None) -> HfTokenizer:
     """A tokenizer as vLLM loads it (AutoTokenizer), from a local directory, offline."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # its import prints "PyTorch was not found"
     import transformers
 
     transformers.logging.set_verbosity_error()  # no prints from library code

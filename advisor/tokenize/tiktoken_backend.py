@@ -36,6 +36,8 @@ DEFAULT_WARNING = (
     "default tokenizer (Llama 3.1 Instruct, offline): token counts are exact for Llama 3.x models and "
     "approximate for other families; pass --tokenizer or --model to count with the served model's tokenizer"
 )
+# tiktoken's batch calls use a thread pool (8 threads by default); more threads than cores only add contention.
+_THREADS = min(8, os.cpu_count() or 1)
 _TEMPLATE_FILE = Path(__file__).resolve().parent.parent / "data" / "llama3.1_chat_template.jinja"
 
 
@@ -112,11 +114,11 @@ class TiktokenTokenizer(Tokenizer):
 
     def encode_texts(self, texts: Sequence[str], *, special: bool) -> list[list[int]]:
         if special:
-            return self.encoding.encode_batch(list(texts), allowed_special="all")
-        return self.encoding.encode_ordinary_batch(list(texts))
+            return self.encoding.encode_batch(list(texts), num_threads=_THREADS, allowed_special="all")
+        return self.encoding.encode_ordinary_batch(list(texts), num_threads=_THREADS)
 
     def encode_ordinary(self, texts: Sequence[str]) -> list[list[int]]:
-        return self.encoding.encode_ordinary_batch(list(texts))
+        return self.encoding.encode_ordinary_batch(list(texts), num_threads=_THREADS)
 
     def render_chat(self, messages: Sequence[Message]) -> str:
         if self._template_source is None:
