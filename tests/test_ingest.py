@@ -208,3 +208,18 @@ def test_problems_are_capped_at_20(tmp_path):
     path = write(tmp_path / "log.jsonl", *([b"{"] * 30 + [GOOD]))
     _, stats = read(path)
     assert stats.skipped == 30 and len(stats.problems) == 20 and stats.problems[-1].startswith(f"{path}:20:")
+
+
+def test_detect_then_read_stdin_keeps_the_sniffed_head(monkeypatch):
+    _fake_stdin(monkeypatch, GOOD + b"\n" + GOOD + b"\n")
+    assert detect_format("-") == "openai"
+    requests, _ = read("-")
+    assert [r.source for r in requests] == ["<stdin>:1", "<stdin>:2"]
+
+
+def test_byte_order_mark_is_ignored(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD + b"\n")
+    csv_path = tmp_path / "trace.csv"
+    csv_path.write_bytes(b"\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.5,1,2\n")
+    assert len(read(str(path))[0]) == 1 and read(str(csv_path))[0][0].timestamp % 1 == 0.5

@@ -246,7 +246,8 @@ def test_swe_agent_trajectory(tmp_path):
     assert first.completion == 'look\n{"name": "bash", "arguments": {"command":"ls"}}'
     assert second.messages[2] == Message("assistant", first.completion) and second.messages[3].role == "tool"
     assert (first.conversation_id, first.turn, second.turn) == ("run_42", 0, 1)
-    assert second.source == f"{path}:6" and stats.problems == [f"{path}:5: missing field: expected a string 'history[4].role'"]
+    assert second.source == f"{path}:6"
+    assert stats.problems == [f"{path}:5: missing field: expected a string 'history[4].role'"]
 
 
 def test_swe_agent_without_history(tmp_path):
@@ -296,7 +297,8 @@ def test_otel_export_skips_agent_and_plain_spans(tmp_path):
     assert [r.source for r in requests] == [f"{path}:1#0", f"{path}:1#1"]
     assert requests[0].prompt_tokens == 42 and requests[0].timestamp == 1741078800.0 and requests[0].latency_s == 1.0
     assert requests[1].messages == (Message("user", "hi"),) and requests[1].completion == "hello"
-    assert stats.problems == [f"{path}:2: missing field: expected 'gen_ai.input.messages' or 'gen_ai.usage.input_tokens'"]
+    assert stats.problems == [
+        f"{path}:2: missing field: expected 'gen_ai.input.messages' or 'gen_ai.usage.input_tokens'"]
 
 
 def test_otel_fixture_turns():
@@ -310,39 +312,40 @@ def test_otel_fixture_turns():
 
 # --- aider ----------------------------------------------------------------------------------------------
 
-AIDER = """\
-# aider chat started at 2024-08-05 19:33:02
-
-> aider --model x  
-> Aider v0.47  
-
-#### make it faster  
-#### please  
-
-Sure. Here is the edit:
-
-```python
-x = 1
-```
-
-> Tokens: 5,244 sent, 1.2k cached, 604 received. Cost: $0.02 request.  
-> Applied edit to a.py  
-> Running lint
-E1 bad
-E2 worse  
-
-Fixing the lint error now.
-
-> Tokens: 2k sent, 10 received.  
-
-#### /diff  
-
-# aider chat started at 2024-08-05 20:00:00
-
-#### hi  
-
-Hello!
-"""
+AIDER = "\n".join([  # aider ends its writes with two spaces: they are part of the format
+    "# aider chat started at 2024-08-05 19:33:02",
+    "",
+    "> aider --model x  ",
+    "> Aider v0.47  ",
+    "",
+    "#### make it faster  ",
+    "#### please  ",
+    "",
+    "Sure. Here is the edit:",
+    "",
+    "```python",
+    "x = 1",
+    "```",
+    "",
+    "> Tokens: 5,244 sent, 1.2k cached, 604 received. Cost: $0.02 request.  ",
+    "> Applied edit to a.py  ",
+    "> Running lint",
+    "E1 bad",
+    "E2 worse  ",
+    "",
+    "Fixing the lint error now.",
+    "",
+    "> Tokens: 2k sent, 10 received.  ",
+    "",
+    "#### /diff  ",
+    "",
+    "# aider chat started at 2024-08-05 20:00:00",
+    "",
+    "#### hi  ",
+    "",
+    "Hello!",
+    "",
+])
 
 
 def test_aider_sessions_replies_and_token_lines(tmp_path):
@@ -360,7 +363,8 @@ def test_aider_sessions_replies_and_token_lines(tmp_path):
     assert retry.messages[2].content.splitlines()[-2:] == ["E1 bad", "E2 worse"]
     assert retry.completion == "Fixing the lint error now." and retry.turn == 1
     assert (retry.prompt_tokens, retry.completion_tokens) == (2000, 10)
-    assert hello.conversation_id == f"chat:{AIDER.splitlines().index('# aider chat started at 2024-08-05 20:00:00') + 1}"
+    second_session = AIDER.splitlines().index("# aider chat started at 2024-08-05 20:00:00") + 1
+    assert hello.conversation_id == f"chat:{second_session}"
     assert hello.turn == 0 and hello.messages == (Message("user", "hi"),) and hello.completion == "Hello!"
 
 

@@ -14,7 +14,7 @@ import orjson
 
 from advisor.errors import InputError
 from advisor.ingest import aider, bench_custom, csv_traces, mooncake, openai, otel, sharegpt, swe_agent
-from advisor.ingest._io import MAX_LINE_BYTES, SNIFF_BYTES, IngestStats, Sink, Source
+from advisor.ingest._io import MAX_LINE_BYTES, SNIFF_BYTES, UTF8_BOM, IngestStats, Sink, Source
 from advisor.record import Request
 
 __all__ = ["FORMATS", "IngestStats", "detect_format", "read_requests", "MAX_LINE_BYTES"]
@@ -42,6 +42,20 @@ SNIFFERS = (
     (bench_custom.NAME, bench_custom.looks_like),
     (openai.NAME, openai.looks_like),
 )
+
+
+# Stdin can be read once: a Source made by `detect_format("-")` keeps its sniffed head for the next
+# `read_requests(["-"])`, which takes it over.
+_stdin_source: Source | None = None
+
+
+def _source(path: str) -> Source:
+    global _stdin_source
+    if path != "-":
+        return Source(path)
+    if _stdin_source is None:
+        _stdin_source = Source(path)
+    return _stdin_source
 
 
 def _unknown(source: Source, found: str) -> InputError:
@@ -76,7 +90,7 @@ def _detect(source: Source) -> str:
     suffix = source.suffix
     if suffix == ".traj":
         return swe_agent.NAME
-    head = source.head()
+    head = source.head().removeprefix(UTF8_BOM)
     if not head.strip():
         raise InputError(f"{source.name}: the file is empty")
     if suffix == ".md" or aider.looks_like(head):
@@ -103,7 +117,7 @@ def _detect(source: Source) -> str:
 
 def detect_format(path: str) -> str:
     """The format of a log, from its extension and its first bytes/records; InputError if unknown."""
-    return _detect(Source(path))
+    return _detect(_source(path))
 
 
 def read_requests(
@@ -123,8 +137,11 @@ def read_requests(
     if fmt is not None and fmt not in READERS:
         raise InputError(f"unknown format '{fmt}'; expected one of: {', '.join(FORMATS)}")
     stats = stats if stats is not None else IngestStats()
+    global _stdin_source
     for path in paths:
-        source = Source(path)
+        source = _source(path)
+        if path == "-":
+            _stdin_source = None
         name = fmt or _detect(source)
         stats.formats[path] = name
         sink = Sink(source.name, stats, strict)

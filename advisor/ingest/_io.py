@@ -25,6 +25,7 @@ MAX_LINE_BYTES = 64 * 2**20
 SNIFF_BYTES = 1 << 16
 MAX_PROBLEMS = 20
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass
@@ -195,6 +196,8 @@ def iter_lines(source: Source, sink: Sink, *, keep_blank: bool = False) -> Itera
                 size -= len(raw) - len(raw.rstrip(b"\r\n"))  # the line's own bytes, not its terminator
                 sink.bad(number, BadRecord("line too long", f"{size} bytes, limit {MAX_LINE_BYTES}"))
                 continue
+            if number == 1 and raw.startswith(UTF8_BOM):  # Windows tools start files with a byte-order mark
+                raw = raw[len(UTF8_BOM):]
             if not keep_blank and not raw.strip():
                 continue
             try:

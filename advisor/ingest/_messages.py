@@ -70,7 +70,8 @@ def with_tool_calls(text: str, tool_calls: Any, where: str) -> str:
             raise BadRecord("wrong type", f"field '{where}[{index}]' must be an object, got {type_name(call)}")
         function = call.get("function", call)
         if not isinstance(function, dict):
-            raise BadRecord("wrong type", f"field '{where}[{index}].function' must be an object, got {type_name(function)}")
+            raise BadRecord("wrong type",
+                            f"field '{where}[{index}].function' must be an object, got {type_name(function)}")
         lines.append(render_tool_call(function.get("name"), function.get("arguments")))
     return "\n".join(lines)
 

@@ -84,7 +84,8 @@ def _unwrap_body(value: Any, where: str) -> Any:
             try:
                 body = orjson.loads(body)
             except orjson.JSONDecodeError as exc:
-                raise BadRecord("invalid JSON", f"field '{where}.body' holds text that is not JSON: {exc.msg}") from None
+                raise BadRecord("invalid JSON",
+                                f"field '{where}.body' holds text that is not JSON: {exc.msg}") from None
         value = body
         where += ".body"
     return value
@@ -141,7 +142,8 @@ def _prompts(request: dict[str, Any]) -> list[str | list[int]]:
     if isinstance(prompt, list) and prompt:
         for index, item in enumerate(prompt):
             if not isinstance(item, (str, list)):
-                raise BadRecord("wrong type", f"field 'prompt[{index}]' must be a string or token ids, got {type_name(item)}")
+                raise BadRecord("wrong type",
+                                f"field 'prompt[{index}]' must be a string or token ids, got {type_name(item)}")
         return prompt
     raise BadRecord("wrong type", f"field 'prompt' must be a string or a non-empty list, got {type_name(prompt)}")
 

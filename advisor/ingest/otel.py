@@ -111,7 +111,8 @@ def _parts_text(parts: Any, at: str) -> str:
         if kind == "text":
             content = part.get("content", part.get("text"))
             if not isinstance(content, str):
-                raise BadRecord("wrong type", f"field '{at}[{index}].content' must be a string, got {type_name(content)}")
+                raise BadRecord("wrong type",
+                                f"field '{at}[{index}].content' must be a string, got {type_name(content)}")
             texts.append(content)
         elif kind == "tool_call":
             texts.append(render_tool_call(part.get("name"), part.get("arguments")))
