@@ -237,6 +237,7 @@ class CostModel:
         async_scheduling: bool = False,
         cached_share: float = 0.0,
         max_batch: int = 256,
+        max_batched_tokens: int = 8192,
         draft_for_batch=None,
     ) -> LoadPoint:
         """Steady state under Poisson-like arrivals at `request_rate` (Little's law: batch = rate x time).
@@ -244,12 +245,14 @@ class CostModel:
         The running batch B solves B = rate * (TTFT + (output_len - 1) * TPOT(B)), where TPOT(B) is the step
         time at batch B (with the prefills that arrive during a step) over AL. APC hits (`cached_share` of
         prompt tokens) remove their prefill compute. When even `max_batch` sequences cannot keep up, the
-        server saturates: the batch pins at `max_batch` and requests queue (`saturated`).
+        server saturates: the batch pins at `max_batch` and requests queue (`saturated`); a full batch admits
+        new requests only as fast as running ones finish. Prefills share each step's `max_batched_tokens`
+        budget with the decodes.
         `draft_for_batch(batch) -> ms` gives model-draft time per step.
         """
         computed_prompt = input_len * (1.0 - cached_share)
 
-        def point(batch: float) -> tuple[float, float, float]:
+        def point(batch: float, rate: float) -> tuple[float, float, float]:
             draft = draft_for_batch(batch) if draft_for_batch else 0.0
             base = StepLoad(batch, tokens_per_seq, input_len + output_len / 2, 0.0, speculative, async_scheduling, draft)
             without_prefill = self.step_ms(base)
@@ -257,22 +260,32 @@ class CostModel:
                 self.step_ms(StepLoad(batch, tokens_per_seq, base.mean_context, 1000.0, speculative, async_scheduling, draft))
                 - without_prefill
             ) / 1000.0
-            # prefill tokens per step = rate * step * computed_prompt; solve step = a + b * that.
-            share = per_prefill_token * request_rate * computed_prompt / 1e3
-            if share >= 1.0:
-                return float("inf"), float("inf"), float("inf")
-            step = without_prefill / (1.0 - share)
+            # Prefill tokens per step = rate * step * computed prompt, so step = a / (1 - share). vLLM schedules
+            # running decodes first and fills the rest of the token budget with prefills: at most that many.
+            budget = max(max_batched_tokens - max(batch, 1.0) * tokens_per_seq, 0.0)
+            share = per_prefill_token * rate * computed_prompt / 1e3
+            step = without_prefill / (1.0 - share) if share < 1.0 else float("inf")
+            prefill_tokens = rate * computed_prompt * step / 1e3
+            if prefill_tokens > budget:
+                prefill_tokens = budget
+                step = without_prefill + per_prefill_token * budget
             ttft = self.prefill_ms(input_len, input_len - computed_prompt) + step
-            return step, ttft, request_rate * computed_prompt * step / 1e3
+            return step, ttft, prefill_tokens
 
         def excess(batch: float) -> float:
-            step, ttft, _ = point(batch)
+            step, ttft, _ = point(batch, request_rate)
             return request_rate * (ttft + (output_len - 1) * step / tokens_per_step) / 1e3 - batch
 
         low, high = 0.0, float(max_batch)
         saturated = excess(high) > 0
+        rate = request_rate
         if saturated:
+            # Closed loop at max_batch: the admission rate solves rate = batch * AL / (output_len * step(rate)).
             batch = high
+            rate = batch * tokens_per_step / output_len / (point(batch, 0.0)[0] / 1e3)
+            for _ in range(50):
+                step = point(batch, rate)[0]
+                rate = 0.5 * rate + 0.5 * batch * tokens_per_step / output_len / (step / 1e3)
         else:
             for _ in range(60):
                 middle = (low + high) / 2
@@ -281,10 +294,8 @@ class CostModel:
                 else:
                     high = middle
             batch = high
-        step, ttft, prefill_tokens = point(batch)
-        if step == float("inf"):
-            return LoadPoint(batch, step, step, ttft, 0.0, prefill_tokens, saturated=True)
+        step, ttft, prefill_tokens = point(batch, rate)
         tpot = step / tokens_per_step
         capacity_tps = max(batch, 1.0) * tokens_per_step / step * 1e3
-        output_tps = capacity_tps if saturated else min(capacity_tps, request_rate * output_len)
+        output_tps = min(capacity_tps, request_rate * output_len)
         return LoadPoint(batch, step, tpot, ttft, output_tps, prefill_tokens, saturated)

@@ -171,8 +171,13 @@ def _workload(report: dict, cost: CostModel, options: EngineOptions, max_batch: 
         return Workload(rate, 2 * rate, input_len, output_len, cached, "--request-rate")
 
     def rate_for_batch(batch: int) -> float:
-        point = cost.closed_loop(batch, input_len, output_len)
-        return batch / ((point.ttft_ms + (output_len - 1) * point.tpot_ms) / 1e3)
+        """The arrival rate whose steady state (no speculation) runs `batch` requests: Little's law inverted."""
+        rate = 1.0
+        for _ in range(30):
+            running = cost.open_loop(rate, input_len, output_len, async_scheduling=True, cached_share=cached,
+                                     max_batch=max_batch).batch
+            rate *= batch / max(running, 1e-6)
+        return rate
 
     assumptions.append(
         f"no timestamps in the logs: load assumed to keep {ASSUMED_TYPICAL_BATCH} requests running "

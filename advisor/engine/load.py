@@ -15,6 +15,11 @@ from advisor.engine.knowledge import ASYNC_INCOMPATIBLE_METHODS, AcceptancePrior
 
 
 
+# A new band starts only when another k beats the current band's k by more than this share of goodput:
+# smaller differences are within the model's error and would only fragment the table.
+BAND_SWITCH_GAIN = 0.03
+
+
 @dataclass(frozen=True)
 class SpecPoint:
     """One speculative setting with its expected tokens per step and verification cost."""
@@ -165,12 +170,10 @@ def best_k_per_batch(
     speculative_server = bool(points) and not points[0].async_scheduling
     bands: list[list[int]] = []
     for batch in range(1, max_batch + 1):
-        best_k, best = 0, goodput(cost, batch, None, mean_context, speculative_server)
-        for k, point in sorted(by_k.items()):
-            value = goodput(cost, batch, point, mean_context)
-            if value > best:
-                best_k, best = k, value
-        if bands and bands[-1][2] == best_k:
+        values = {0: goodput(cost, batch, None, mean_context, speculative_server)}
+        values.update({k: goodput(cost, batch, point, mean_context) for k, point in by_k.items()})
+        best_k = max(values, key=values.__getitem__)
+        if bands and values[bands[-1][2]] >= values[best_k] * (1 - BAND_SWITCH_GAIN):
             bands[-1][1] = batch
         else:
             bands.append([batch, batch, best_k])

@@ -1,0 +1,137 @@
+"""Decisions on hand-built reports modelled on the fixture workloads (tests/engine_reports.py).
+
+Pins the acceptance rules of issue 4: code editing and summarization get ngram or suffix with k from the
+replay; multi-turn chat keeps APC on with its measured hit ratio and gets lookup speculation only if it pays;
+no-overlap traffic gets no lookup speculation; copy-heavy traffic at a very high rate gets none, or a
+per-batch-size table that lowers k (to 0 where drafting stops paying) at high batch.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from advisor.engine import EngineOptions, decide
+from advisor.engine.decide import segment_requests
+from engine_reports import (
+    CHAT_MULTITURN,
+    CODE_EDITING,
+    COPY_HEAVY_HIGH_RATE,
+    NO_OVERLAP,
+    RAG_SUMMARIZATION,
+    report,
+)
+
+LOOKUP = {"ngram", "suffix"}
+OPTIONS = EngineOptions(gpu="H100")
+
+
+def _replayed_configs(workload: dict) -> list[dict]:
+    return [entry["config"] for entry in workload["replay"]]
+
+
+@pytest.mark.parametrize("workload", [CODE_EDITING, RAG_SUMMARIZATION], ids=["code_editing", "rag_summarization"])
+def test_copying_workloads_get_lookup_speculation_with_k_from_the_replay(workload: dict) -> None:
+    result = decide(report(**workload), None, OPTIONS)
+    config = result.speculative_config
+    assert config is not None and config["method"] in LOOKUP
+    base = {key: value for key, value in config.items() if key != "num_speculative_tokens_per_batch_size"}
+    assert base in _replayed_configs(workload)  # exactly a replayed setting, k included
+    assert result.predicted["speedup"]["typical"] >= 1.10
+    assert any("replayed" in line for line in result.evidence)
+    assert result.enable_prefix_caching
+
+
+def test_chat_keeps_apc_with_its_hit_ratio_and_no_unpaid_speculation() -> None:
+    result = decide(report(**CHAT_MULTITURN), None, OPTIONS)
+    assert result.enable_prefix_caching
+    assert any("62% of prompt tokens hit" in line for line in result.evidence)
+    assert result.predicted["ttft_ms"]["apc_saving"] > 0
+    # replayed lookups are slower than none here: nothing replay-backed is recommended
+    assert result.speculative_config is None or result.speculative_config["method"] not in LOOKUP
+
+
+def test_chat_at_low_load_with_a_paying_replay_gets_speculation() -> None:
+    paying = {**CHAT_MULTITURN, "rate": 0.2, "peak": 0.5,
+              "replay": [e for e in CODE_EDITING["replay"] if e["method"] == "ngram"]}
+    result = decide(report(**paying), None, OPTIONS)
+    assert result.speculative_config is not None and result.speculative_config["method"] == "ngram"
+
+
+def test_no_overlap_gets_no_lookup_speculation() -> None:
+    result = decide(report(**NO_OVERLAP), None, OPTIONS)
+    assert result.speculative_config is None
+    assert any(line.startswith("no speculation") for line in result.evidence)
+    with_model = decide(report(**NO_OVERLAP), None, EngineOptions(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100"))
+    assert with_model.speculative_config is None or with_model.speculative_config["method"] not in LOOKUP
+
+
+def test_copy_heavy_at_very_high_rate_gets_none_or_a_table_lowering_k() -> None:
+    result = decide(report(**COPY_HEAVY_HIGH_RATE), None, OPTIONS)
+    config = result.speculative_config
+    if config is not None:
+        table = config["num_speculative_tokens_per_batch_size"]
+        assert table[-1][2] < table[0][2]
+    assert result.predicted["batch"]["typical"] > 200
+
+
+def test_load_that_varies_gets_a_per_batch_size_table() -> None:
+    varying = {**COPY_HEAVY_HIGH_RATE, "rate": 5.0, "peak": 200.0}
+    config = decide(report(**varying), None, OPTIONS).speculative_config
+    table = config["num_speculative_tokens_per_batch_size"]
+    assert table[0][0] == 1 and table[-1][1] == 256
+    assert all(a[1] + 1 == b[0] for a, b in zip(table, table[1:]))  # contiguous bands
+    assert table[-1][2] < table[0][2] == config["num_speculative_tokens"]
+
+
+def test_recommendation_serialises_with_emitted_forms() -> None:
+    result = decide(report(**CODE_EDITING), None, OPTIONS)
+    data = json.loads(json.dumps({"recommendation": result.to_dict(), "candidates": result.candidates_dict()}))
+    recommendation = data["recommendation"]
+    assert set(recommendation) >= {"speculative_config", "enable_prefix_caching", "evidence", "confidence",
+                                   "predicted", "emitted"}
+    assert set(recommendation["emitted"]) == {"serve_command", "config_yaml", "llm_kwargs", "config_json"}
+    assert recommendation["confidence"]["level"] in ("high", "medium", "low")
+    assert data["candidates"][0]["speedup_typical"] >= data["candidates"][-1]["speedup_typical"]
+
+
+def test_confidence_levels() -> None:
+    full = EngineOptions(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100")
+    assert decide(report(**CODE_EDITING), None, full).confidence_level == "high"
+    assert decide(report(**CODE_EDITING), None, OPTIONS).confidence_level == "medium"  # model assumed
+    assert decide(report(**CODE_EDITING, requests=30), None, full).confidence_level == "low"
+    sampled = decide(report(**CODE_EDITING, greedy=0.1), None, full)
+    assert sampled.confidence_level == "medium"
+    assert any("temperature" in reason for reason in sampled.confidence_reasons)
+
+
+def test_model_drafts_from_priors_are_flagged_and_never_beat_a_paying_replay() -> None:
+    full = EngineOptions(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100")
+    result = decide(report(**RAG_SUMMARIZATION), None, full)
+    eagle = [c for c in result.candidates if c.method == "eagle3"]
+    assert eagle and "needs verification" in eagle[0].source
+    assert result.speculative_config["method"] in LOOKUP
+
+
+def test_missing_timestamps_state_the_assumed_load() -> None:
+    result = decide(report(**{**CODE_EDITING, "rate": None, "peak": None}), None, OPTIONS)
+    assert any("no timestamps" in line for line in result.assumptions)
+    assert result.predicted["batch"]["typical"] == pytest.approx(4, rel=0.05)
+
+
+def test_segments_found_in_mixed_traffic_only() -> None:
+    rng = np.random.default_rng(1)
+    n = 300
+    copy = {"input_len": rng.normal(3000, 200, n), "output_len": rng.normal(400, 40, n),
+            "prompt_overlap_4": rng.uniform(0.6, 0.9, n), "prefix_hit_ratio": rng.uniform(0, 0.1, n)}
+    chat = {"input_len": rng.normal(300, 30, n), "output_len": rng.normal(300, 30, n),
+            "prompt_overlap_4": rng.uniform(0.0, 0.05, n), "prefix_hit_ratio": rng.uniform(0.5, 0.9, n)}
+    mixed = {name: np.concatenate([copy[name], chat[name]]) for name in copy}
+    segments = segment_requests(mixed)
+    assert len(segments) == 2
+    assert sorted(s["requests"] for s in segments) == [n, n]
+    advice = {round(s["mean"]["prompt_overlap_4"], 1): s["advice"] for s in segments}
+    assert "promising" in advice[max(advice)] and "no lookup" in advice[min(advice)]
+    assert segment_requests(copy) == []
+    assert segment_requests(None) == []
