@@ -412,3 +412,13 @@ def test_aider_reply_without_input_is_skipped(tmp_path):
     assert [r.completion for r in requests] == ["Hello!"]
     assert requests[0].messages == (Message("assistant", "Orphan reply."), Message("user", "hi"))
     assert stats.problems == [f"{path}:4: malformed turn: a reply with no input before it in its session"]
+
+
+def test_non_finite_numbers_are_wrong_types(tmp_path):
+    path = tmp_path / "trace.csv"
+    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                    "nan,m,1,2,3,x\n1,m,inf,2,3,x\n2,m,1,2,3,x\n")
+    requests, stats = read(str(path))
+    assert len(requests) == 1 and [p.split(": ", 1)[1] for p in stats.problems] == [
+        "wrong type: column 'Timestamp' must be a number of seconds",
+        "wrong type: column 'Request tokens' must be a non-negative integer"]

@@ -14,10 +14,10 @@ import orjson
 
 from advisor.errors import InputError
 from advisor.ingest import aider, bench_custom, csv_traces, mooncake, openai, otel, sharegpt, swe_agent
-from advisor.ingest._io import MAX_LINE_BYTES, SNIFF_BYTES, UTF8_BOM, IngestStats, Sink, Source
+from advisor.ingest._io import SNIFF_BYTES, UTF8_BOM, IngestStats, Sink, Source
 from advisor.record import Request
 
-__all__ = ["FORMATS", "IngestStats", "detect_format", "read_requests", "MAX_LINE_BYTES"]
+__all__ = ["FORMATS", "IngestStats", "detect_format", "read_requests"]
 
 Reader = Callable[[Source, Sink, int], Iterator[Request]]
 READERS: dict[str, Reader] = {

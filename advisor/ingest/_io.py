@@ -9,6 +9,7 @@ from __future__ import annotations
 import calendar
 import gzip
 import io
+import math
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -248,19 +249,21 @@ def get_int(record: dict[str, Any], key: str, *, required: bool = False, where: 
 
 
 def to_number(value: Any) -> float | int | None:
-    """A JSON number or numeric string as a number; None for anything else (bools included)."""
+    """A JSON number or numeric string as a finite number; None for anything else (bools, "nan" included)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):
         return value
     if isinstance(value, str):
         try:
             return int(value)
         except ValueError:
             try:
-                return float(value)
+                value = float(value)
             except ValueError:
                 return None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     return None
 
 

@@ -21,7 +21,8 @@ def looks_like(record: dict[str, Any]) -> bool:
 def convert(record: Any, source: str, hash_block_size: int) -> Request:
     record = expect_object(record, "the record")
     timestamp = record.get("timestamp")
-    if timestamp is not None and to_number(timestamp) is None:
+    milliseconds = to_number(timestamp)
+    if timestamp is not None and milliseconds is None:
         raise BadRecord("wrong type", f"field 'timestamp' must be a number of milliseconds, got {type_name(timestamp)}")
     hash_ids = record.get("hash_ids")
     if hash_ids is not None:
@@ -31,7 +32,7 @@ def convert(record: Any, source: str, hash_block_size: int) -> Request:
             raise BadRecord("wrong type", "field 'hash_ids' must hold integers only")
     return Request(
         source=source,
-        timestamp=float(to_number(timestamp)) / 1000.0 if timestamp is not None else None,  # type: ignore[arg-type]
+        timestamp=milliseconds / 1000.0 if milliseconds is not None else None,
         prompt_tokens=get_int(record, "input_length", required=True),
         completion_tokens=get_int(record, "output_length", required=True),
         block_hashes=tuple(hash_ids) if hash_ids is not None else None,
