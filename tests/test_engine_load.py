@@ -1,0 +1,34 @@
+"""Load model: replay entries to tokens per step and verification cost, goodput, k per batch band."""
+from __future__ import annotations
+
+import pytest
+
+from advisor.engine.cost import CostModel
+from advisor.engine.knowledge import H200_MEASURED_MODEL, resolve_gpu
+from advisor.engine.load import best_k_per_batch, goodput, k_for_batch, point_from_replay
+from engine_reports import replay_entry
+
+COST = CostModel(H200_MEASURED_MODEL, resolve_gpu("H200"))
+
+
+def test_replay_entry_to_point() -> None:
+    entry = replay_entry("ngram", 4, 0.8, 0.5, {"prompt_lookup_min": 2, "prompt_lookup_max": 5})
+    point = point_from_replay(entry)
+    assert point.k == 4 and point.from_replay and not point.async_scheduling
+    assert point.tokens_per_step == pytest.approx(1 + 0.5 * (0.8 + 0.64 + 0.512 + 0.4096))
+    assert point.verify_tokens_per_seq == pytest.approx(1 + 0.5 * 4)  # drafts on half the steps
+    assert point_from_replay({**entry, "num_output_tokens": 0}) is None
+
+
+def test_goodput_gain_shrinks_with_batch() -> None:
+    point = point_from_replay(replay_entry("ngram", 4, 0.8, 0.9))
+    gains = [goodput(COST, b, point, 640) / goodput(COST, b, None, 640, True) for b in (1, 32, 128)]
+    assert gains[0] > gains[1] > gains[2]
+
+
+def test_weak_acceptance_turns_drafting_off_at_high_batch() -> None:
+    points = [point_from_replay(replay_entry("ngram", k, 0.4, 0.4)) for k in (1, 2, 4)]
+    bands = best_k_per_batch(COST, points, 640, 256)
+    assert bands[0][0] == 1 and bands[-1][1] == 256
+    assert bands[0][2] > 0 and bands[-1][2] == 0
+    assert k_for_batch(bands, 1) == bands[0][2] and k_for_batch(bands, 256) == 0
