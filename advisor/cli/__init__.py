@@ -1,0 +1,67 @@
+"""The `advise` command: a click group whose default action on file arguments is the profile.
+
+`advise logs.jsonl` is `advise profile logs.jsonl`; subcommands (`lint`, `whatif`, `verify`) sit beside it.
+Command bodies only parse options and call the library; library errors become exit codes here, in one place.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from advisor import __version__
+from advisor.errors import EXIT_INTERRUPTED, AdvisorError
+
+
+class _DefaultToProfile(click.Group):
+    """A group that routes anything that is not a subcommand to `profile`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["profile", *args]
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except AdvisorError as error:
+            click.secho(f"advise: error: {error}", fg="red", err=True)
+            ctx.exit(error.exit_code)
+        except KeyboardInterrupt:
+            click.echo("advise: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=_DefaultToProfile, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="advise")
+def cli() -> None:
+    """Profile vLLM request logs and advise on prefix caching and speculative decoding.
+
+    \b
+    advise LOGS...            profile logs (the default command; see `advise profile --help`)
+    advise lint FILE          check vllm serve / bench commands and --config YAML
+    advise whatif ...         predict TPOT with and without speculation per concurrency
+    advise verify LOGS ...    A/B a speculative config against a real vLLM
+    """
+
+
+def _register() -> None:
+    from advisor.cli.profile import profile_command
+
+    cli.add_command(profile_command, "profile")
+    for module, name in (("advisor.cli.lint", "lint"), ("advisor.cli.whatif", "whatif"), ("advisor.cli.verify", "verify")):
+        try:
+            mod = __import__(module, fromlist=[f"{name}_command"])
+        except ModuleNotFoundError as error:
+            if error.name != module:
+                raise
+            continue
+        cli.add_command(getattr(mod, f"{name}_command"), name)
+
+
+_register()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="advise", args=sys.argv[1:])
