@@ -1,0 +1,310 @@
+"""Replay a speculative config over tokenized requests and report what vLLM's counters would report.
+
+The figures are exactly vLLM's (vllm/v1/spec_decode/metrics.py, `SpecDecodingStats.observe_draft`; a step
+without a draft is not counted): acceptance_rate = accepted / draft tokens, mean_acceptance_length =
+1 + accepted / drafts, per-position counts. Beyond them: draft_step_share = steps with a draft / decode
+steps (ngram and suffix propose nothing when the context has no match) and tokens_per_step = output tokens
+/ target steps, the prefill step included (= generated / (generated - accepted)), the end-to-end gain.
+
+Accepted tokens are counted against the logged continuation: at the request's last step a draft running past
+the logged end counts only the logged tokens (vLLM would verify tokens the log does not hold). Large logs are
+sampled (seeded); the result then carries 95% percentile-bootstrap intervals over requests.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from advisor.engine.knowledge import SPECULATIVE_KEYS
+from advisor.errors import ConfigError
+from advisor.measure import ngram, suffix
+from advisor.measure.stats import json_float
+
+DEFAULT_MAX_REQUESTS = 20000
+BOOTSTRAP_RESAMPLES = 400
+SWEEP_KS = tuple(range(1, 9))
+SWEEP_WINDOWS = ((1, 3), (2, 4), (3, 5), (5, 5))
+# Defaults of vLLM's SpeculativeConfig (vllm/config/speculative.py).
+SUFFIX_DEFAULTS = {
+    "suffix_decoding_max_tree_depth": 24,
+    "suffix_decoding_max_cached_requests": 10000,
+    "suffix_decoding_max_spec_factor": 1.0,
+    "suffix_decoding_min_token_prob": 0.1,
+}
+NGRAM_DEFAULT_LOOKUP = 5
+REPLAYABLE = ("ngram", "ngram_gpu", "suffix")
+
+TokenizedRequest = tuple[np.ndarray, np.ndarray]  # (prompt token ids, output token ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A 95% confidence interval."""
+
+    low: float
+    high: float
+
+    def to_dict(self) -> dict:
+        return {"low": json_float(self.low), "high": json_float(self.high)}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SpecReplay:
+    """Counters of one replayed speculative config, as vLLM's /metrics would show them for this traffic.
+
+    `config` is the normalised speculative config (vLLM's defaults filled in). Ratios are None when their
+    denominator is 0. `sampled` says whether only `num_requests` of `population_requests` were replayed;
+    then `intervals` holds 95% bootstrap intervals for the ratios.
+    """
+
+    method: str
+    config: dict
+    num_requests: int
+    population_requests: int
+    num_output_tokens: int
+    decode_steps: int
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    num_accepted_tokens_per_pos: tuple[int, ...]
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    draft_step_share: float | None
+    tokens_per_step: float | None
+    sampled: bool
+    intervals: dict[str, Interval] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "method": self.method,
+            "config": dict(self.config),
+            "num_requests": self.num_requests,
+            "population_requests": self.population_requests,
+            "num_output_tokens": self.num_output_tokens,
+            "decode_steps": self.decode_steps,
+            "num_drafts": self.num_drafts,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "num_accepted_tokens_per_pos": list(self.num_accepted_tokens_per_pos),
+            "acceptance_rate": json_float(self.acceptance_rate),
+            "mean_acceptance_length": json_float(self.mean_acceptance_length),
+            "draft_step_share": json_float(self.draft_step_share),
+            "tokens_per_step": json_float(self.tokens_per_step),
+            "sampled": self.sampled,
+            "confidence_95": {name: value.to_dict() for name, value in self.intervals.items()},
+        }
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ReplaySweep:
+    """Replays of every swept config: ngram windows x k, and suffix x k."""
+
+    replays: tuple[SpecReplay, ...]
+
+    def to_dict(self) -> dict:
+        return {"replays": [r.to_dict() for r in self.replays]}
+
+
+def normalize_config(spec_config: dict) -> dict:
+    """The config as vLLM would complete it, restricted to the methods a log can replay (ngram, suffix).
+
+    Mirrors vllm/config/speculative.py: dashes become underscores, unknown keys are an error, a missing
+    method is `ngram` only when `model` says "ngram", prompt_lookup_min/max default to 5 and one copies the
+    other, suffix's k defaults to its max tree depth. Raises ConfigError naming the key.
+    """
+    if not isinstance(spec_config, dict):
+        raise ConfigError(f"speculative config must be a JSON object, got {type(spec_config).__name__}")
+    config = {str(key).replace("-", "_"): value for key, value in spec_config.items()}
+    unknown = sorted(set(config) - SPECULATIVE_KEYS)
+    if unknown:
+        raise ConfigError(f"speculative config: unknown key(s) {', '.join(unknown)} (vLLM rejects them)")
+    method = config.get("method")
+    if method is None and config.get("model") in ("ngram", "[ngram]"):
+        method = "ngram"
+    if method == "[ngram]":
+        method = "ngram"
+    if method not in REPLAYABLE:
+        raise ConfigError(
+            f"speculative config: method {method!r} cannot be replayed from logs (needs a draft model "
+            f"on a GPU); replayable methods: {', '.join(REPLAYABLE)}"
+        )
+    if config.get("num_speculative_tokens_per_batch_size") is not None:
+        raise ConfigError(
+            "speculative config: num_speculative_tokens_per_batch_size changes k with the live batch size, "
+            "which a log replay does not know; replay each k separately"
+        )
+    config["method"] = method
+    if method == "suffix":
+        for key, default in SUFFIX_DEFAULTS.items():
+            config.setdefault(key, default)
+        config.setdefault("num_speculative_tokens", config["suffix_decoding_max_tree_depth"])
+        _check_int(config, "suffix_decoding_max_tree_depth", 1)
+        _check_int(config, "suffix_decoding_max_cached_requests", 0)
+        if not isinstance(config["suffix_decoding_max_spec_factor"], (int, float)) or (
+            config["suffix_decoding_max_spec_factor"] < 0
+        ):
+            raise ConfigError("speculative config: suffix_decoding_max_spec_factor must be a number >= 0")
+        prob = config["suffix_decoding_min_token_prob"]
+        if not isinstance(prob, (int, float)) or not 0 <= prob <= 1:
+            raise ConfigError("speculative config: suffix_decoding_min_token_prob must be in [0, 1]")
+    else:
+        low, high = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
+        if low is None and high is None:
+            low = high = NGRAM_DEFAULT_LOOKUP
+        config["prompt_lookup_min"] = high if low is None else low
+        config["prompt_lookup_max"] = low if high is None else high
+        _check_int(config, "prompt_lookup_min", 1)
+        _check_int(config, "prompt_lookup_max", 1)
+        if config["prompt_lookup_min"] > config["prompt_lookup_max"]:
+            raise ConfigError(
+                f"speculative config: prompt_lookup_min={config['prompt_lookup_min']} must be <= "
+                f"prompt_lookup_max={config['prompt_lookup_max']}"
+            )
+    if config.get("num_speculative_tokens") is None:
+        raise ConfigError("speculative config: num_speculative_tokens is required for ngram")
+    _check_int(config, "num_speculative_tokens", 1)
+    return config
+
+
+def _check_int(config: dict, key: str, minimum: int) -> None:
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"speculative config: {key} must be an integer >= {minimum}, got {value!r}")
+
+
+def replay_config(
+    spec_config: dict,
+    requests: Sequence[TokenizedRequest],
+    max_model_len: int | None = None,
+    max_requests: int | None = DEFAULT_MAX_REQUESTS,
+    seed: int = 0,
+) -> SpecReplay:
+    """Replays exactly this `--speculative-config` over `requests` (in arrival order).
+
+    ngram requests are independent; suffix replays requests one after another (its global tree holds
+    earlier outputs), so a sampled suffix replay still feeds every request's output to the global tree.
+    """
+    config = normalize_config(spec_config)
+    chosen = sample_indices(len(requests), max_requests, seed)
+    k = config["num_speculative_tokens"]
+    if config["method"] == "suffix":
+        counters, per_pos = suffix.replay_suffix(
+            requests,
+            k=k,
+            max_tree_depth=config["suffix_decoding_max_tree_depth"],
+            max_cached_requests=config["suffix_decoding_max_cached_requests"],
+            max_spec_factor=float(config["suffix_decoding_max_spec_factor"]),
+            min_token_prob=float(config["suffix_decoding_min_token_prob"]),
+            max_model_len=max_model_len,
+            speculate_for=chosen,
+        )
+        counters = counters[chosen]
+    else:
+        window = (config["prompt_lookup_min"], config["prompt_lookup_max"])
+        picked = [requests[i] for i in chosen]
+        all_counters, all_per_pos = ngram.replay_ngram(picked, [window], [k], max_model_len)
+        counters, per_pos = all_counters[:, 0, 0], all_per_pos[0, 0]
+    return summarize(config, counters, per_pos[:k], len(requests), seed)
+
+
+def sweep(
+    requests: Sequence[TokenizedRequest],
+    ks: Iterable[int] = SWEEP_KS,
+    windows: Iterable[tuple[int, int]] = SWEEP_WINDOWS,
+    include_suffix: bool = True,
+    max_model_len: int | None = None,
+    max_requests: int | None = DEFAULT_MAX_REQUESTS,
+    seed: int = 0,
+) -> ReplaySweep:
+    """ngram for every window x k (one replay pass) and suffix (vLLM defaults) for every k."""
+    ks = tuple(ks)
+    windows = tuple(windows)
+    chosen = sample_indices(len(requests), max_requests, seed)
+    picked = [requests[i] for i in chosen]
+    replays = []
+    counters, per_pos = ngram.replay_ngram(picked, windows, ks, max_model_len)
+    for w, (low, high) in enumerate(windows):
+        for ki, k in enumerate(ks):
+            config = normalize_config(
+                {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": low, "prompt_lookup_max": high}
+            )
+            replays.append(summarize(config, counters[:, w, ki], per_pos[w, ki, :k], len(requests), seed))
+    if include_suffix:
+        for k in ks:
+            replays.append(
+                replay_config(
+                    {"method": "suffix", "num_speculative_tokens": k}, requests, max_model_len, max_requests, seed
+                )
+            )
+    return ReplaySweep(tuple(replays))
+
+
+def sample_indices(count: int, max_requests: int | None, seed: int) -> np.ndarray:
+    """All indices, or a seeded uniform sample of `max_requests` of them in arrival order."""
+    if max_requests is None or count <= max_requests:
+        return np.arange(count)
+    return np.sort(np.random.default_rng(seed).choice(count, size=max_requests, replace=False))
+
+
+def summarize(
+    config: dict, counters: np.ndarray, per_pos: np.ndarray, population: int, seed: int = 0
+) -> SpecReplay:
+    """SpecReplay from per-request counters (columns ngram.DRAFTS ... ngram.OUTPUT_TOKENS)."""
+    totals = counters.sum(axis=0) if counters.size else np.zeros(ngram.COUNTER_COLUMNS, np.int64)
+    drafts, draft_tokens, accepted, decode_steps, outputs = (int(v) for v in totals)
+    # One more column: the prefill steps (requests with at least one output token).
+    counters = np.column_stack((counters, counters[:, ngram.OUTPUT_TOKENS] > 0)).astype(np.float64)
+    ratios = _ratios(counters.sum(axis=0)[None, :])
+    sampled = counters.shape[0] < population
+    intervals: dict[str, Interval] = {}
+    if sampled and counters.shape[0] > 1:
+        rng = np.random.default_rng(seed)
+        weights = rng.multinomial(counters.shape[0], np.full(counters.shape[0], 1 / counters.shape[0]),
+                                  size=BOOTSTRAP_RESAMPLES)
+        resampled = _ratios(weights @ counters)
+        for name, values in resampled.items():
+            finite = values[np.isfinite(values)]
+            if finite.size:
+                intervals[name] = Interval(float(np.percentile(finite, 2.5)), float(np.percentile(finite, 97.5)))
+    return SpecReplay(
+        method=config["method"],
+        config=config,
+        num_requests=int(counters.shape[0]),
+        population_requests=population,
+        num_output_tokens=outputs,
+        decode_steps=decode_steps,
+        num_drafts=drafts,
+        num_draft_tokens=draft_tokens,
+        num_accepted_tokens=accepted,
+        num_accepted_tokens_per_pos=tuple(int(v) for v in per_pos),
+        acceptance_rate=_single(ratios["acceptance_rate"]),
+        mean_acceptance_length=_single(ratios["mean_acceptance_length"]),
+        draft_step_share=_single(ratios["draft_step_share"]),
+        tokens_per_step=_single(ratios["tokens_per_step"]),
+        sampled=sampled,
+        intervals=intervals,
+    )
+
+
+def _ratios(totals: np.ndarray) -> dict[str, np.ndarray]:
+    """The four ratios for each row of summed counters (NaN where a denominator is 0)."""
+    drafts = totals[:, ngram.DRAFTS]
+    draft_tokens = totals[:, ngram.DRAFT_TOKENS]
+    accepted = totals[:, ngram.ACCEPTED]
+    steps = totals[:, ngram.DECODE_STEPS]
+    outputs = totals[:, ngram.OUTPUT_TOKENS]
+    prefills = totals[:, ngram.COUNTER_COLUMNS]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return {
+            "acceptance_rate": accepted / draft_tokens,
+            "mean_acceptance_length": 1 + accepted / drafts,
+            "draft_step_share": drafts / steps,
+            "tokens_per_step": outputs / (steps + prefills),
+        }
+
+
+def _single(values: np.ndarray) -> float | None:
+    value = float(values[0])
+    return value if np.isfinite(value) else None
