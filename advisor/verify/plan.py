@@ -1,0 +1,203 @@
+"""The plan of an `advise verify` run: every server and bench command, in order, also as a shell script.
+
+Arms differ ONLY in `--speculative-config`: same model, same flags, same dataset, same load, same seed.
+Each (trial, arm) gets a freshly started server so no prefix-cache content carries over from an earlier run,
+and the arms alternate A B A B so slow drift of the machine (thermal, other tenants) hits both alike.
+`--dry-run` prints `VerifyPlan.to_shell()`: the same commands, runnable by hand.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from advisor.verify.dataset import BenchDataset
+
+BASELINE = "baseline"
+CANDIDATE = "candidate"
+WARMUP_PROMPT = "Hello"  # far shorter than a KV block: warms the server up without caching a full block
+WARMUP_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of the A/B: its extra serve flags, or the URL of a server someone else runs."""
+
+    name: str
+    speculative_config: dict | None
+    url: str | None = None
+
+    def serve_flags(self) -> list[str]:
+        if self.speculative_config is None:
+            return []
+        return ["--speculative-config", json.dumps(self.speculative_config, sort_keys=True, separators=(",", ":"))]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One (trial, arm): a server start (unless the arm has a URL), warm-up, a bench run, metrics around it."""
+
+    trial: int
+    arm: Arm
+    result_dir: Path
+
+    @property
+    def stem(self) -> str:
+        return f"trial{self.trial}-{self.arm.name}"
+
+    @property
+    def result_file(self) -> Path:
+        return self.result_dir / f"{self.stem}.bench.json"
+
+    @property
+    def server_log(self) -> Path:
+        return self.result_dir / f"{self.stem}.server.log"
+
+    @property
+    def bench_log(self) -> Path:
+        return self.result_dir / f"{self.stem}.bench.log"
+
+    def metrics_file(self, when: str) -> Path:
+        """The raw /metrics text scraped `when` ("before" or "after") the bench run."""
+        return self.result_dir / f"{self.stem}.metrics.{when}.txt"
+
+
+@dataclass(frozen=True)
+class VerifyPlan:
+    """Everything needed to run (or print) the A/B; built by `make_plan`."""
+
+    vllm_bin: Path
+    model: str
+    served_model_name: str
+    bench_tokenizer: str
+    dataset: BenchDataset
+    arms: tuple[Arm, Arm]
+    trials: int
+    out_dir: Path
+    serve_args: tuple[str, ...] = ()
+    seed: int = 0
+    kv_cache_gib: float = 1.0
+    steps: tuple[Step, ...] = field(default=())
+
+    def serve_argv(self, arm: Arm, port: int | str) -> list[str]:
+        """`vllm serve` for an arm: the shared flags, then (candidate only) the speculative config."""
+        return [
+            str(self.vllm_bin), "serve", self.model,
+            "--host", "127.0.0.1", "--port", str(port),
+            "--served-model-name", self.served_model_name,
+            "--seed", str(self.seed),
+            *self.serve_args,
+            *arm.serve_flags(),
+        ]
+
+    def bench_argv(self, step: Step, base_url: str) -> list[str]:
+        """`vllm bench serve` for one step; identical for both arms except the label and result file."""
+        ds, load = self.dataset, self.dataset.load
+        argv = [
+            str(self.vllm_bin), "bench", "serve",
+            "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",
+            "--model", self.served_model_name, "--tokenizer", self.bench_tokenizer,
+            "--dataset-name", "custom", "--dataset-path", str(ds.path),
+            "--num-prompts", str(ds.rows), "--no-oversample", "--disable-shuffle",
+            "--skip-chat-template", "--custom-output-len", "-1", "--ignore-eos",
+            "--temperature", f"{ds.temperature:g}", "--seed", str(self.seed),
+            "--request-rate", "inf" if load.request_rate is None else f"{load.request_rate:.6g}",
+            "--burstiness", f"{load.burstiness:.6g}",
+        ]
+        if load.max_concurrency is not None:
+            argv += ["--max-concurrency", str(load.max_concurrency)]
+        argv += [
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
+            "--save-result", "--save-detailed",
+            "--result-dir", str(step.result_dir), "--result-filename", step.result_file.name,
+            "--label", step.arm.name, "--metadata", f"trial={step.trial}", f"arm={step.arm.name}",
+            "--ready-check-timeout-sec", "0", "--disable-tqdm",
+        ]
+        return argv
+
+    def to_shell(self, env: dict[str, str]) -> str:
+        """The plan as a bash script: same commands, same order, same controls (fresh server per step)."""
+        q = shlex.quote
+        lines = [
+            "#!/usr/bin/env bash",
+            f"# advise verify plan: {self.trials} trial(s) x ({BASELINE}, {CANDIDATE}), "
+            f"{self.dataset.rows} requests from the logs.",
+            "# Each step starts a fresh server in its own process group, warms it up, scrapes /metrics,",
+            "# runs the bench, scrapes /metrics again and stops the group.",
+            "set -euo pipefail",
+            *(f"export {key}={q(value)}" for key, value in sorted(env.items())),
+            f"mkdir -p {q(str(self.out_dir))}",
+            "PORT=${PORT:-8000}",
+            "SERVER_PGID=''",
+            "stop_server() {",
+            '    [ -n "$SERVER_PGID" ] || return 0',
+            '    kill -TERM -- "-$SERVER_PGID" 2>/dev/null || true',
+            '    for _ in $(seq 30); do kill -0 -- "-$SERVER_PGID" 2>/dev/null || { SERVER_PGID=""; return 0; }; sleep 0.5; done',
+            '    kill -KILL -- "-$SERVER_PGID" 2>/dev/null || true',
+            '    SERVER_PGID=""',
+            "}",
+            "trap stop_server EXIT",
+            "trap 'exit 130' INT TERM",
+            "wait_ready() {",
+            "    for _ in $(seq 1200); do",
+            '        kill -0 "$SERVER_PGID" 2>/dev/null || { echo "server exited; see its log" >&2; return 1; }',
+            '        curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && '
+            'curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null && return 0',
+            "        sleep 0.5",
+            "    done",
+            '    echo "server not ready in 600 s" >&2; return 1',
+            "}",
+        ]
+        warmup = json.dumps({
+            "model": self.served_model_name, "prompt": WARMUP_PROMPT, "max_tokens": WARMUP_TOKENS,
+            "temperature": 0, "ignore_eos": True,
+        })
+        for step in self.steps:
+            lines += ["", f"# --- trial {step.trial}, {step.arm.name} ---"]
+            if step.arm.url is None:
+                serve = " ".join(q(a) for a in self.serve_argv(step.arm, "@PORT@")).replace("@PORT@", '"$PORT"')
+                lines += [
+                    'BASE="http://127.0.0.1:$PORT"',
+                    f"setsid {serve} >{q(str(step.server_log))} 2>&1 &",
+                    "SERVER_PGID=$!",
+                    "wait_ready",
+                ]
+            else:
+                lines.append(f"BASE={q(step.arm.url)}")
+            bench = " ".join(q(a) for a in self.bench_argv(step, "@BASE@")).replace("@BASE@", '"$BASE"')
+            lines += [
+                f"curl -sf \"$BASE/v1/completions\" -H 'Content-Type: application/json' -d {q(warmup)} >/dev/null",
+                f"curl -sf \"$BASE/metrics\" >{q(str(step.metrics_file('before')))}",
+                f"{bench} >{q(str(step.bench_log))} 2>&1",
+                f"curl -sf \"$BASE/metrics\" >{q(str(step.metrics_file('after')))}",
+            ]
+            if step.arm.url is None:
+                lines.append("stop_server")
+        return "\n".join(lines) + "\n"
+
+
+def make_plan(
+    *,
+    vllm_bin: Path,
+    model: str,
+    served_model_name: str,
+    bench_tokenizer: str,
+    dataset: BenchDataset,
+    candidate_config: dict,
+    out_dir: Path,
+    trials: int = 2,
+    serve_args: tuple[str, ...] = (),
+    seed: int = 0,
+    kv_cache_gib: float = 1.0,
+    baseline_url: str | None = None,
+    candidate_url: str | None = None,
+) -> VerifyPlan:
+    """Interleaved steps A B A B ...: trial t runs the baseline, then the candidate."""
+    arms = (Arm(BASELINE, None, baseline_url), Arm(CANDIDATE, candidate_config, candidate_url))
+    steps = tuple(Step(trial, arm, out_dir) for trial in range(1, trials + 1) for arm in arms)
+    return VerifyPlan(
+        vllm_bin=vllm_bin, model=model, served_model_name=served_model_name, bench_tokenizer=bench_tokenizer,
+        dataset=dataset, arms=arms, trials=trials, out_dir=out_dir, serve_args=tuple(serve_args), seed=seed,
+        kv_cache_gib=kv_cache_gib, steps=steps,
+    )
