@@ -115,7 +115,7 @@ def render_terminal(report: dict[str, Any], style: bool = False) -> str:
             f" (block {prefix.get('block_size')}, {_pct(prefix.get('requests_with_hit_share'))} of requests hit)"
         )
         for top in prefix.get("top_prefixes", [])[:5]:
-            out.line(f"    prefix {top['hash']}: {top['length_tokens']:,} tokens x {top['count']:,} requests")
+            out.line(f"    prefix {top['hash']}: {top['length_tokens']:,} tokens x {top['requests']:,} requests")
     apc = report.get("apc")
     if apc:
         out.line(

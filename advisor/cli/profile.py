@@ -1,0 +1,82 @@
+"""`advise [profile] LOGS...`: profile request logs and recommend APC and speculative decoding."""
+from __future__ import annotations
+
+import sys
+
+import click
+import orjson
+
+from advisor.errors import ConfigError
+from advisor.ingest import FORMATS
+
+
+def _speculative_config(_ctx: click.Context, _param: click.Parameter, value: str | None) -> dict | None:
+    if value is None:
+        return None
+    try:
+        config = orjson.loads(value)
+    except orjson.JSONDecodeError as error:
+        raise click.BadParameter(f"not valid JSON ({error}); pass one JSON object, as to vllm serve") from error
+    if not isinstance(config, dict):
+        raise click.BadParameter("must be a JSON object, as vllm serve --speculative-config takes")
+    return config
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("logs", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Log format (default: detected per file).")
+@click.option("--strict", is_flag=True, help="Stop at the first bad record instead of skipping it.")
+@click.option("--tokenizer", help="Local HF tokenizer dir or tokenizer.json, a cached HF model id, or tiktoken:<encoding>.")
+@click.option("--model", help="Target model id or local dir (implies its tokenizer and config when found locally).")
+@click.option("--gpu", help="GPU of the deployment, e.g. H100 (default: assumed and stated in the report).")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel size.")
+@click.option("--block-size", type=click.IntRange(min=1), default=16, show_default=True,
+              help="vLLM KV block size for prefix caching (16 on GPU, 128 on vLLM's CPU backend).")
+@click.option("--hash-block-size", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Tokens per hash id in Mooncake / timed_trace logs.")
+@click.option("--speculative-config", "speculative_config", callback=_speculative_config,
+              help="Replay exactly this JSON speculative config (as vllm serve takes it) instead of the sweep.")
+@click.option("--no-sweep", is_flag=True, help="Skip the k / lookup-window sweep (faster).")
+@click.option("--max-replay-requests", type=click.IntRange(min=1), default=20_000, show_default=True,
+              help="Replay a seeded sample of this many requests when the log has more (with 95% intervals).")
+@click.option("--no-recommend", is_flag=True, help="Measure only; skip the recommendation engine.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON on stdout.")
+@click.option("-o", "--out", type=click.Path(dir_okay=False, writable=True), help="Also write the JSON report to FILE.")
+@click.option("--checklist", type=click.Path(dir_okay=False, writable=True), help="Write the pre-deployment checklist (Markdown) to FILE.")
+@click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
+def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokenizer: str | None, model: str | None,
+                    gpu: str | None, tp: int, block_size: int, hash_block_size: int, speculative_config: dict | None,
+                    no_sweep: bool, max_replay_requests: int, no_recommend: bool, as_json: bool, out: str | None,
+                    checklist: str | None, no_progress: bool) -> None:
+    """Profile LOGS (files, .gz, or - for stdin) and advise on APC and speculative decoding."""
+    from advisor.profile import ProfileOptions, build_profile
+    from advisor.report import dumps, render_terminal
+
+    if checklist and no_recommend:
+        raise ConfigError("--checklist needs the recommendation: drop --no-recommend")
+    options = ProfileOptions(
+        paths=logs, fmt=fmt, strict=strict, tokenizer=tokenizer, model=model, gpu=gpu, tp=tp, block_size=block_size,
+        hash_block_size=hash_block_size, speculative_config=speculative_config, sweep=not no_sweep,
+        max_replay_requests=max_replay_requests, recommend=not no_recommend,
+    )
+    show_bar = not no_progress and sys.stderr.isatty() and "-" not in logs
+    if show_bar:
+        with click.progressbar(length=None, label="requests", file=sys.stderr, show_pos=True) as bar:  # type: ignore[arg-type]
+            profile = build_profile(options, progress=bar.update)
+    else:
+        profile = build_profile(options)
+    report = profile.report
+
+    document = dumps(report)
+    if out:
+        with open(out, "wb") as handle:
+            handle.write(document)
+    if checklist:
+        from advisor.emit.checklist import render_checklist
+
+        with open(checklist, "w", encoding="utf-8") as handle:
+            handle.write(render_checklist(report, profile.recommendation))
+    if as_json:
+        sys.stdout.buffer.write(document)
+    else:
+        click.echo(render_terminal(report, style=sys.stdout.isatty()), nl=False)

@@ -1,0 +1,423 @@
+"""The profile: ingest -> tokenize -> measure, assembled into the versioned report document.
+
+This module is the only place that wires the stages together. It streams the logs in batches (the reader
+never holds a whole JSONL file), tokenizes each batch with the per-piece cache, and keeps per request only
+what the measurements need: lengths, times, block-hash chains and, for the replays, token ids. The
+measurements themselves are pure functions in `advisor.measure`.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from advisor import __version__
+from advisor.errors import ConfigError
+from advisor.ingest import IngestStats, read_requests
+from advisor.measure import arrivals, overlap, prefix, sampling, stats
+from advisor.record import Request
+from advisor.report import SCHEMA_VERSION
+
+BATCH_REQUESTS = 256
+# Replays keep token ids in memory; beyond this many tokens the replay inputs are sampled (seeded reservoir).
+REPLAY_TOKEN_BUDGET = 60_000_000
+OVERLAP_MAX_N = 5
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    """Everything that changes what the profile computes; recorded in the report under `options`."""
+
+    paths: tuple[str, ...]
+    fmt: str | None = None
+    strict: bool = False
+    tokenizer: str | None = None
+    model: str | None = None
+    hash_block_size: int = 512  # tokens per entry of a trace's hash_ids (Mooncake)
+    block_size: int = 16  # vLLM's KV block size: 16 on GPU, 128 on vLLM's CPU backend
+    speculative_config: dict | None = None  # replay exactly this config instead of the sweep
+    sweep: bool = True
+    max_replay_requests: int | None = 20_000
+    gpu: str | None = None
+    tp: int = 1
+    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float = 0.92
+    recommend: bool = True
+    seed: int = 0
+
+
+@dataclass
+class Profile:
+    """The report document plus per-request feature arrays (for the engine's segmentation)."""
+
+    report: dict[str, Any]
+    features: dict[str, np.ndarray] = field(default_factory=dict)
+    recommendation: Any = None  # advisor.engine.decide.Recommendation when the engine ran
+
+
+@dataclass
+class _Collected:
+    """Per-request facts kept while streaming, in file order."""
+
+    timestamps: list[float] = field(default_factory=list)
+    input_lens: list[float] = field(default_factory=list)
+    output_lens: list[float] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    logged_prompt_tokens: list[float] = field(default_factory=list)
+    overlap4: list[float] = field(default_factory=list)
+    chains: list[prefix.PrefixBlocks | None] = field(default_factory=list)
+    chain_sizes: set[int] = field(default_factory=set)
+    overlaps: list[overlap.RequestOverlap] = field(default_factory=list)
+    sampling_params: list = field(default_factory=list)
+    replay_inputs: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    replay_rows: list[int] = field(default_factory=list)  # request index of each replay input
+    replay_tokens: int = 0
+    replay_seen: int = 0
+    text_requests: int = 0
+    completion_texts: int = 0
+    conversation_outputs: dict[str, list[np.ndarray]] = field(default_factory=dict)
+
+
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def build_profile(options: ProfileOptions, progress: Progress | None = None) -> Profile:
+    """Reads, tokenizes and measures the logs; returns the report (and recommendation unless disabled).
+
+    Raises AdvisorError subclasses: InputError (nothing usable), BadRecordError (--strict), TokenizerError.
+    """
+    if options.speculative_config is not None:
+        from advisor.measure.specreplay import normalize_config
+
+        normalize_config(options.speculative_config)  # fail before reading gigabytes of logs
+    ingest_stats = IngestStats()
+    collected = _Collected()
+    rng = np.random.default_rng(options.seed)
+    tokenizer_state: dict[str, Any] = {}
+
+    batch: list[Request] = []
+    for request in read_requests(
+        list(options.paths), options.fmt, strict=options.strict, hash_block_size=options.hash_block_size, stats=ingest_stats
+    ):
+        batch.append(request)
+        if len(batch) >= BATCH_REQUESTS:
+            _process_batch(batch, options, collected, tokenizer_state, rng)
+            if progress:
+                progress(len(batch))
+            batch = []
+    if batch:
+        _process_batch(batch, options, collected, tokenizer_state, rng)
+        if progress:
+            progress(len(batch))
+
+    report = _assemble(options, ingest_stats, collected, tokenizer_state)
+    features = _features(collected)
+    recommendation = None
+    if options.recommend:
+        from advisor.engine.decide import EngineOptions, decide
+
+        recommendation = decide(report, features, EngineOptions(model=options.model, gpu=options.gpu, tp=options.tp))
+        report["recommendation"] = recommendation.to_dict()
+        report["candidates"] = recommendation.candidates_dict()
+    return Profile(report=report, features=features, recommendation=recommendation)
+
+
+def _tokenizer(options: ProfileOptions, state: dict[str, Any]):
+    """Loads the tokenizer at the first request with text: token-free traces never need one."""
+    if "request_tokenizer" not in state:
+        from advisor.tokenize import RequestTokenizer, load_tokenizer
+
+        tokenizer = load_tokenizer(options.tokenizer, options.model)
+        state["tokenizer"] = tokenizer
+        state["request_tokenizer"] = RequestTokenizer(tokenizer)
+    return state["request_tokenizer"]
+
+
+def _process_batch(
+    batch: list[Request], options: ProfileOptions, out: _Collected, tokenizer_state: dict[str, Any], rng: np.random.Generator
+) -> None:
+    text = [r for r in batch if r.has_text or r.completion is not None]
+    tokenized = {}
+    if text:
+        for item in _tokenizer(options, tokenizer_state).tokenize(text):
+            tokenized[id(item.request)] = item
+    for request in batch:
+        item = tokenized.get(id(request))
+        prompt_ids = item.prompt_ids if item is not None else None
+        output_ids = item.output_ids if item is not None else None
+        input_len = len(prompt_ids) if prompt_ids is not None else request.prompt_tokens
+        output_len = len(output_ids) if output_ids is not None else request.completion_tokens
+        out.timestamps.append(_nan(request.timestamp))
+        out.input_lens.append(_nan(input_len))
+        out.output_lens.append(_nan(output_len))
+        out.latencies.append(_nan(request.latency_s))
+        out.logged_prompt_tokens.append(_nan(request.prompt_tokens if prompt_ids is not None else None))
+        out.sampling_params.append(request.sampling)
+        if prompt_ids is not None:
+            out.text_requests += 1
+            out.chains.append(prefix.PrefixBlocks.from_tokens(prompt_ids, options.block_size, output_ids))
+            out.chain_sizes.add(options.block_size)
+        elif request.block_hashes is not None and request.prompt_tokens is not None:
+            out.chains.append(prefix.PrefixBlocks.from_block_ids(request.block_hashes, request.prompt_tokens))
+            out.chain_sizes.add(request.hash_block_size or options.hash_block_size)
+        else:
+            out.chains.append(None)
+        share4 = float("nan")
+        if prompt_ids is not None and output_ids is not None and len(output_ids):
+            out.completion_texts += 1
+            context = None
+            if request.conversation_id is not None:
+                context = out.conversation_outputs.setdefault(request.conversation_id, [])
+            result = overlap.request_overlap(prompt_ids, output_ids, list(context) if context is not None else None, OVERLAP_MAX_N)
+            out.overlaps.append(result)
+            if result.ngrams[3]:
+                share4 = result.in_prompt[3] / result.ngrams[3]
+            if context is not None:
+                context.append(output_ids)
+            _keep_for_replay(out, len(out.timestamps) - 1, prompt_ids, output_ids, rng)
+        out.overlap4.append(share4)
+
+
+def _keep_for_replay(out: _Collected, row: int, prompt_ids: np.ndarray, output_ids: np.ndarray, rng: np.random.Generator) -> None:
+    """Keeps token ids for the replays; past the token budget, a uniform reservoir sample of requests."""
+    out.replay_seen += 1
+    size = len(prompt_ids) + len(output_ids)
+    if out.replay_tokens + size <= REPLAY_TOKEN_BUDGET:
+        out.replay_inputs.append((prompt_ids, output_ids))
+        out.replay_rows.append(row)
+        out.replay_tokens += size
+        return
+    slot = int(rng.integers(0, out.replay_seen))
+    if slot < len(out.replay_inputs):
+        old_prompt, old_output = out.replay_inputs[slot]
+        out.replay_tokens += size - len(old_prompt) - len(old_output)
+        out.replay_inputs[slot] = (prompt_ids, output_ids)
+        out.replay_rows[slot] = row
+
+
+def _arrival_order(timestamps: np.ndarray) -> np.ndarray:
+    """Indices in arrival order (stable: file order among equal or missing timestamps)."""
+    if np.isnan(timestamps).all():
+        return np.arange(timestamps.size)
+    keys = np.where(np.isnan(timestamps), np.inf, timestamps)
+    return np.argsort(keys, kind="stable")
+
+
+def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: _Collected, tokenizer_state: dict[str, Any]) -> dict[str, Any]:
+    timestamps = np.array(c.timestamps, dtype=np.float64)
+    input_lens = np.array(c.input_lens, dtype=np.float64)
+    output_lens = np.array(c.output_lens, dtype=np.float64)
+    latencies = np.array(c.latencies, dtype=np.float64)
+    disabled: list[dict[str, str]] = []
+    report: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "advise_version": __version__,
+        "inputs": [_input_entry(path, ingest_stats) for path in options.paths],
+        "options": _options_dict(options),
+        "tokenizer": _tokenizer_entry(tokenizer_state, input_lens, np.array(c.logged_prompt_tokens)),
+        "ingest": {
+            "records_read": ingest_stats.records_read,
+            "requests": ingest_stats.requests,
+            "skipped": ingest_stats.skipped,
+            "skipped_by_reason": dict(ingest_stats.skipped_by_reason),
+            "problems": list(ingest_stats.problems),
+        },
+    }
+
+    known_in = input_lens[~np.isnan(input_lens)]
+    known_out = output_lens[~np.isnan(output_lens)]
+    both = ~np.isnan(input_lens) & ~np.isnan(output_lens)
+    if known_in.size == 0:
+        disabled.append({"analysis": "length distributions", "reason": "no prompt text or token counts in the log"})
+    report["lengths"] = {
+        "input": stats.distribution(known_in).to_dict(),
+        "output": stats.distribution(known_out).to_dict() if known_out.size else None,
+        "total": stats.distribution(input_lens[both] + output_lens[both]).to_dict() if both.any() else None,
+        "decode_share": stats.decode_share(input_lens[both], output_lens[both]) if both.any() else None,
+    }
+    if known_out.size == 0:
+        disabled.append({"analysis": "output lengths", "reason": "no completion text or output token counts"})
+
+    report["arrivals"] = _arrivals(timestamps, latencies, disabled)
+
+    order = _arrival_order(timestamps)
+    report["prefix"] = _prefix(c, order, options, disabled)
+    report["apc"] = None  # filled by the APC replay below when the simulator is available
+
+    if c.overlaps:
+        summary = overlap.summarize_overlap(c.overlaps, OVERLAP_MAX_N)
+        summary_dict = summary.to_dict()
+        report["overlap"] = {
+            "prompt": {str(n + 1): share for n, share in enumerate(summary_dict["prompt_share"])},
+            "conversation": (
+                {str(n + 1): share for n, share in enumerate(summary_dict["context_share"])}
+                if summary.context_requests
+                else None
+            ),
+            "detail": summary_dict,
+        }
+    else:
+        report["overlap"] = None
+        disabled.append({"analysis": "n-gram overlap and speculative replay", "reason": "no completion text in the log"})
+
+    summary = sampling.sampling_summary(c.sampling_params)
+    sdict = summary.to_dict()
+    report["sampling"] = {
+        "temperature": {
+            "greedy_share": sdict["greedy_share"],
+            "missing_share": sdict["temperature_missing_share"],
+            "p50": sdict["temperature_p50"],
+            "max": sdict["temperature_max"],
+        },
+        "top_p_present_share": sdict["top_p_present_share"],
+    }
+    report["replay"], report["replay_sweep"] = _replays(c, order, options)
+    report["disabled_analyses"] = disabled
+    return report
+
+
+def _input_entry(path: str, ingest_stats: IngestStats) -> dict[str, Any]:
+    entry: dict[str, Any] = {"path": path, "format": ingest_stats.formats.get(path)}
+    if path != "-" and os.path.isfile(path):
+        entry["bytes"] = os.path.getsize(path)
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        entry["sha256"] = digest.hexdigest()
+    return entry
+
+
+def _options_dict(options: ProfileOptions) -> dict[str, Any]:
+    values = asdict(options)
+    values["paths"] = list(options.paths)
+    return values
+
+
+def _tokenizer_entry(state: dict[str, Any], input_lens: np.ndarray, logged: np.ndarray) -> dict[str, Any] | None:
+    """Which tokenizer was used, with a warning when it is not the target's, and a check against logged usage."""
+    if "tokenizer" not in state:
+        return None
+    info = state["tokenizer"].info
+    entry = {
+        "name": info.name,
+        "source": info.source,
+        "kind": info.kind,
+        "vocab_size": info.vocab_size,
+        "is_default": info.is_default,
+        "chat_template": info.chat_template,
+        "model_match": info.model_match,
+        "warning": info.warning,
+        "usage_check": None,
+    }
+    pairs = ~np.isnan(input_lens) & ~np.isnan(logged) & (logged > 0)
+    if pairs.any():
+        ratio = input_lens[pairs] / logged[pairs]
+        entry["usage_check"] = {
+            "requests": int(pairs.sum()),
+            "median_ratio": float(np.median(ratio)),
+            "exact_share": float(np.mean(input_lens[pairs] == logged[pairs])),
+        }
+        if abs(np.median(ratio) - 1) > 0.02:
+            note = (
+                f"prompt token counts differ from the logged usage (median ratio {np.median(ratio):.3f}):"
+                " pass the served model's tokenizer with --tokenizer or --model"
+            )
+            entry["warning"] = f"{entry['warning']}; {note}" if entry["warning"] else note
+    return entry
+
+
+def _arrivals(timestamps: np.ndarray, latencies: np.ndarray, disabled: list[dict[str, str]]) -> dict[str, Any] | None:
+    known = ~np.isnan(timestamps)
+    if known.sum() < 2:
+        disabled.append({"analysis": "arrival rate and burstiness", "reason": "fewer than two requests with a timestamp"})
+        return None
+    profile = arrivals.arrival_profile(timestamps[known])
+    detail = profile.to_dict()
+    result: dict[str, Any] = {
+        "duration_s": detail["duration_s"],
+        "request_rate": detail["mean_rate_rps"],
+        "peak_rate_1s": detail["peak_rate_1s_rps"],
+        "peak_rate_10s": detail["peak_rate_10s_rps"],
+        "peak_rate_60s": detail["peak_bin_rate_rps"] if detail["bin_s"] == 60 else None,
+        "interarrival_cv": detail["interarrival_cv"],
+        "burstiness_gamma_shape": detail["gamma_burstiness"],
+        "concurrency": None,
+        "detail": detail,
+    }
+    if result["peak_rate_60s"] is None:
+        result["peak_rate_60s"] = _peak_window_rate(np.sort(timestamps[known]), 60.0)
+    timed = known & ~np.isnan(latencies)
+    if timed.any():
+        result["concurrency"] = arrivals.concurrency(timestamps[timed], latencies[timed]).to_dict()
+    else:
+        disabled.append({"analysis": "observed concurrency", "reason": "no latencies in the log"})
+    return result
+
+
+def _peak_window_rate(sorted_times: np.ndarray, window_s: float) -> float:
+    """Most arrivals in any window of `window_s` seconds, per second."""
+    ends = np.searchsorted(sorted_times, sorted_times + window_s, side="left")
+    return float((ends - np.arange(sorted_times.size)).max() / window_s)
+
+
+def _prefix(c: _Collected, order: np.ndarray, options: ProfileOptions, disabled: list[dict[str, str]]) -> dict[str, Any] | None:
+    chains = [c.chains[i] for i in order if c.chains[i] is not None]
+    if not chains:
+        disabled.append({"analysis": "prefix sharing and APC", "reason": "no prompt text and no block hashes"})
+        return None
+    if len(c.chain_sizes) > 1:
+        raise ConfigError(
+            f"the logs mix token-free traces (block {options.hash_block_size}) and text requests"
+            f" (block {options.block_size}): profile them separately"
+        )
+    block_size = next(iter(c.chain_sizes))
+    result = prefix.prefix_sharing(chains, block_size, cache_outputs=True, top=10)
+    data = result.to_dict()
+    data["ceiling_hit_ratio"] = data.get("ceiling")
+    return data
+
+
+def _replays(c: _Collected, order: np.ndarray, options: ProfileOptions) -> tuple[list[dict], list[dict]]:
+    if not c.replay_inputs:
+        return [], []
+    from advisor.measure import specreplay
+
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size)
+    by_arrival = sorted(range(len(c.replay_inputs)), key=lambda i: rank[c.replay_rows[i]])
+    inputs = [c.replay_inputs[i] for i in by_arrival]
+    kept_all = len(c.replay_inputs) == c.replay_seen
+    if options.speculative_config is not None:
+        replay = specreplay.replay_config(
+            options.speculative_config, inputs, max_requests=options.max_replay_requests, seed=options.seed
+        ).to_dict()
+        replay["token_budget_sampled"] = not kept_all
+        return [replay], []
+    replays = []
+    for config in ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+                   {"method": "suffix", "num_speculative_tokens": 24}):
+        entry = specreplay.replay_config(config, inputs, max_requests=options.max_replay_requests, seed=options.seed).to_dict()
+        entry["token_budget_sampled"] = not kept_all
+        replays.append(entry)
+    sweep = []
+    if options.sweep:
+        sweep = [r.to_dict() for r in specreplay.sweep(inputs, max_requests=options.max_replay_requests, seed=options.seed).replays]
+    return replays, sweep
+
+
+def _features(c: _Collected) -> dict[str, np.ndarray]:
+    """Per-request features for the engine's segmentation (NaN where unknown)."""
+    return {
+        "input_len": np.array(c.input_lens, dtype=np.float64),
+        "output_len": np.array(c.output_lens, dtype=np.float64),
+        "prompt_overlap_4": np.array(c.overlap4, dtype=np.float64),
+        "timestamp": np.array(c.timestamps, dtype=np.float64),
+    }
