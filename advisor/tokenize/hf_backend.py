@@ -107,9 +107,16 @@ class HfTokenizer(Tokenizer):
         return True, None
 
     def _completion_affixes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Ids the post-processor adds with add_special_tokens=True (e.g. BOS), found by encoding a probe."""
+        """Ids added with add_special_tokens=True (e.g. BOS), found by encoding a probe.
+
+        Through transformers when it loaded the tokenizer: vLLM calls its `encode`, which may add tokens the
+        Rust post-processor does not (it differs between transformers versions for some tokenizers).
+        """
         plain = self.backend.encode(_PROBE, add_special_tokens=False).ids
-        full = self.backend.encode(_PROBE, add_special_tokens=True).ids
+        if self._hf is not None:
+            full = list(self._hf.encode(_PROBE, add_special_tokens=True))
+        else:
+            full = self.backend.encode(_PROBE, add_special_tokens=True).ids
         for start in range(len(full) - len(plain) + 1):
             if full[start : start + len(plain)] == plain:
                 return tuple(full[:start]), tuple(full[start + len(plain) :])
