@@ -154,6 +154,19 @@ def test_content_format_detection():
     assert chat_module.content_format(looping) == "openai"
     rendered = chat_module.render(chat_module.compile_template(looping), "openai", [Message("user", "x y")], {})
     assert rendered == "x y"
+    # transformers' {% generation %} marker (assistant masks) renders its body
+    marked = "{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}"
+    assert chat_module.render(chat_module.compile_template(marked), "string", [Message("user", "a")], {}) == "[a]"
+
+
+def test_template_errors_are_tokenizer_errors(default_tok):
+    with pytest.raises(TokenizerError, match="0 messages"):
+        default_tok.render_chat([])
+    with pytest.raises(TokenizerError, match="does not parse"):
+        chat_module.compile_template("{% if %}")
+    rt = RequestTokenizer(default_tok)
+    with pytest.raises(TokenizerError, match="^log.jsonl:7: "):
+        rt.tokenize([Request(source="log.jsonl:7", messages=())])
 
 
 def test_request_kinds_default(default_tok):

@@ -12,6 +12,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from advisor.record import Message
 
@@ -79,12 +80,8 @@ class Tokenizer(ABC):
                 out.append(part)
         return out
 
-    @property
+    @cached_property
     def _special_pattern(self) -> re.Pattern[str] | None:
-        cached = self.__dict__.get("_pattern_cache", False)
-        if cached is False:
-            # Longest first: at one position the longest special token wins, as in the tokenizers' matchers.
-            names = sorted(self.special_ids, key=len, reverse=True)
-            cached = re.compile("(" + "|".join(map(re.escape, names)) + ")") if names else None
-            self.__dict__["_pattern_cache"] = cached
-        return cached
+        # Longest first: at one position the longest special token wins, as in the tokenizers' matchers.
+        names = sorted(self.special_ids, key=len, reverse=True)
+        return re.compile("(" + "|".join(map(re.escape, names)) + ")") if names else None

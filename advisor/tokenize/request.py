@@ -103,7 +103,7 @@ class RequestTokenizer:
         self.tokenizer = tokenizer
         self.stats = TokenizeStats()
         self._cache = _PieceCache(cache_bytes)
-        self._special = {}  # special id -> 1-element array, reused
+        self._special: dict[int, np.ndarray] = {}  # special id -> 1-element array, reused
         self._prefix = np.asarray(tokenizer.completion_prefix, dtype=np.int32)
         self._suffix = np.asarray(tokenizer.completion_suffix, dtype=np.int32)
 
