@@ -42,6 +42,11 @@ def test_yaml_turns_apc_off_the_way_vllm_reads_it() -> None:
     assert lint_text(text) == []
 
 
+def test_yaml_without_speculation_is_valid_yaml() -> None:
+    data = yaml.safe_load(config_yaml(None, True, FLAGS[:1]))
+    assert data == {"enable-prefix-caching": True, "max-model-len": 8192}
+
+
 def test_llm_kwargs_and_json_keep_undecided_values_apart() -> None:
     kwargs = llm_kwargs("m", NGRAM, True, FLAGS)
     assert kwargs["speculative_config"] == NGRAM and kwargs["max_model_len"] == 8192

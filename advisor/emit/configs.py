@@ -14,8 +14,6 @@ import math
 import shlex
 from typing import TYPE_CHECKING
 
-import yaml
-
 from advisor.engine.knowledge import ModelSpec, resolve_gpu
 from advisor.errors import ConfigError
 
@@ -121,15 +119,18 @@ def serve_command(model: str, speculative_config: dict | None, enable_prefix_cac
 
 
 def config_yaml(speculative_config: dict | None, enable_prefix_caching: bool, flags: list[dict], tp: int = 1) -> str:
-    """A `vllm serve MODEL --config FILE` YAML; reasons as comments."""
-    data: dict = {}
+    """A `vllm serve MODEL --config FILE` YAML; reasons as comments.
+
+    The speculative config is written as JSON, which YAML reads as a flow mapping: one line, the same text
+    as on the command line.
+    """
+    lines = []
     if speculative_config is not None:
-        data["speculative-config"] = speculative_config
+        lines.append(f"speculative-config: {_json(speculative_config)}")
     # `enable-prefix-caching: false` would be silently dropped by vLLM's YAML loader.
-    data["enable-prefix-caching" if enable_prefix_caching else "no-enable-prefix-caching"] = True
+    lines.append(("enable-prefix-caching" if enable_prefix_caching else "no-enable-prefix-caching") + ": true")
     if tp > 1:
-        data["tensor-parallel-size"] = tp
-    lines = [yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=1000).rstrip()]
+        lines.append(f"tensor-parallel-size: {tp}")
     for flag in flags:
         lines.append(f"# {flag['reason']}")
         lines.append(f"{flag['flag'][2:]}: {flag['value']}")

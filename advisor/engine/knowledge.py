@@ -18,7 +18,7 @@ from advisor.errors import ConfigError
 # vLLM's speculative-config vocabulary (vLLM 0.33, vllm/config/speculative.py, class SpeculativeConfig;
 # pydantic `extra="forbid"`, so any other key is an error). Internal fields filled by the engine
 # (target_model_config, draft_model_config, target_parallel_config, draft_parallel_config) are left out:
-# users cannot set them.
+# users cannot set them. tests/test_emit_vllm.py compares this set with the installed vLLM's fields.
 # --------------------------------------------------------------------------------------------------------
 SPECULATIVE_KEYS: frozenset[str] = frozenset(
     {
@@ -50,6 +50,11 @@ SPECULATIVE_KEYS: frozenset[str] = frozenset(
         "attention_backend",
         "kv_cache_dtype",
         "moe_backend",
+        "disable_eagle_block_drop",
+        "dspark_draft_topk",
+        "enable_adaptive_verification",
+        "index_share_for_mtp_iteration",
+        "use_heterogeneous_vocab",
     }
 )
 
