@@ -106,7 +106,7 @@ class TiktokenTokenizer(Tokenizer):
         self.info = info
         self.eos_token_ids = eos_token_ids
         self.completion_prefix = completion_prefix
-        self.special_ids = dict(encoding._special_tokens)
+        self.special_ids = {name: encoding.encode_single_token(name) for name in encoding.special_tokens_set}
         self._template_source = template
         self._template_variables = template_variables
 
