@@ -42,6 +42,7 @@ class ProfileOptions:
     hash_block_size: int = 512  # tokens per entry of a trace's hash_ids (Mooncake)
     block_size: int = 16  # vLLM's KV block size: 16 on GPU, 128 on vLLM's CPU backend
     speculative_config: dict | None = None  # replay exactly this config instead of the sweep
+    replay: bool = True  # ngram/suffix replays (and the APC simulation)
     sweep: bool = True
     max_replay_requests: int | None = 20_000
     gpu: str | None = None
@@ -386,7 +387,7 @@ def _prefix(c: _Collected, order: np.ndarray, options: ProfileOptions, disabled:
 
 
 def _replays(c: _Collected, order: np.ndarray, options: ProfileOptions) -> tuple[list[dict], list[dict]]:
-    if not c.replay_inputs:
+    if not c.replay_inputs or not options.replay:
         return [], []
     from advisor.measure import specreplay
 
