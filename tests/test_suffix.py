@@ -1,0 +1,98 @@
+"""Suffix decoding replay: hand-built cases for each rule of arctic-inference 0.1.1 as vLLM drives it.
+
+Rules from arctic_inference/csrc/suffix_decoding/suffix_tree.cc (`speculate`, `_speculate_path`,
+`_increment_count`), arctic_inference/suffix_decoding/cache.py (`speculate`: per-request draft wins ties;
+`_maybe_evict_requests`: FIFO) and vllm/v1/spec_decode/suffix_decoding.py (pattern = last max_tree_depth
+tokens, max_spec_tokens = min(k, max_model_len - t - 1)). The step-by-step comparison with the real
+extension is in tests/test_replay_vllm.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from advisor.measure.ngram import ACCEPTED, DECODE_STEPS, DRAFT_TOKENS, DRAFTS
+from advisor.measure.specreplay import replay_config
+from advisor.measure.suffix import SuffixCache, SuffixTree, replay_suffix
+
+
+def tree(*sequences, depth=24):
+    t = SuffixTree(depth)
+    for seq_id, tokens in enumerate(sequences):
+        t.extend(seq_id, tokens)
+    return t
+
+
+def test_draft_length_is_limited_by_spec_factor_times_match_length():
+    t = tree([1, 2, 3, 4, 5, 6])
+    assert t.speculate([0, 1, 2], 8, 1.0, 0.1)[0] == [3, 4]  # match 2 -> at most 2 tokens
+    assert t.speculate([0, 1, 2], 8, 2.0, 0.1)[0] == [3, 4, 5, 6]
+    assert t.speculate([0, 1, 2], 3, 2.0, 0.1)[0] == [3, 4, 5]  # k caps it
+    assert t.speculate([9, 1, 2], 8, 1.0, 0.1)[2] == 2  # the unmatched 9 is ignored: longest match is 2
+
+
+def test_pattern_never_matches_its_full_length():
+    """`for (match_len = 1; match_len < context.size(); ...)`: the whole pattern is never tried."""
+    t = tree([1, 2, 3, 4])
+    assert t.speculate([2, 3], 4, 5.0, 0.1)[2] == 1  # only [3] is matched, drafting [4]
+
+
+def test_probability_threshold_stops_at_a_branch():
+    """After 7 come 1 (twice), 2 and 3: p(1) = 2/4 = 0.5."""
+    t = tree([7, 1, 7, 2, 7, 3, 7, 1, 9])
+    assert t.speculate([8, 7], 4, 4.0, 0.5)[0] == [1]
+    assert t.speculate([8, 7], 4, 4.0, 0.6)[0] == []
+
+
+def test_equal_counts_follow_insertion_order():
+    """Children 1 and 2 of token 5 both have count 1: the head of the sibling list is the earlier one."""
+    assert tree([5, 1, 5, 2, 5]).speculate([0, 5], 1, 1.0, 0.1)[0] == [1]
+    assert tree([5, 2, 5, 1, 5]).speculate([0, 5], 1, 1.0, 0.1)[0] == [2]
+    # A count rising past an equal sibling moves it to the front.
+    assert tree([5, 2, 5, 1, 5, 1, 5]).speculate([0, 5], 1, 1.0, 0.1)[0] == [1]
+
+
+def test_per_request_tree_wins_ties_with_the_global_tree():
+    cache = SuffixCache(24, 10)
+    first, seq = cache.start([4, 4])
+    cache.add(first, seq, [1, 2, 8])  # global tree: 1 2 -> 8
+    local, seq = cache.start([1, 2, 3])  # local tree: 1 2 -> 3
+    cache.add(local, seq, [5])
+    assert cache.speculate(local, [1, 2], 1, 1.0, 0.1) == [3]
+
+
+def test_global_tree_is_fifo_over_requests():
+    """Request C's output repeats A's. C's own slot counts: with max_cached_requests=2, starting C evicts A
+    (the oldest); with 3 it is kept; 0 disables the global tree."""
+    a = (np.array([10, 11]), np.array([1, 2, 3, 4, 5, 6]))
+    b = (np.array([12, 13]), np.array([20, 21, 22]))
+    c = (np.array([14, 15]), np.array([1, 2, 3, 4, 5, 6]))
+    kept, _ = replay_suffix([a, b, c], k=4, max_cached_requests=3)
+    evicted, _ = replay_suffix([a, b, c], k=4, max_cached_requests=2)
+    disabled, _ = replay_suffix([a, b, c], k=4, max_cached_requests=0)
+    assert kept[2, ACCEPTED] > 0
+    assert evicted[2, ACCEPTED] == 0 and disabled[2, ACCEPTED] == 0
+
+
+def test_replay_counts_steps_drafts_and_acceptance():
+    """Prompt 1..6, output 1..7, no global tree.
+
+    t=7, context ..6 1: [1] is followed by 2 once in two (p=0.5): draft [2], accepted, + bonus 3.
+    t=9, context ..1 2 3: [1 2 3] (count 2) -> 4 5 6 at p=0.5 each, score 1.5, beats [2 3] -> [4 5] (1.0);
+    accepted 3, + bonus 7: done in 2 decode steps.
+    """
+    counters, per_pos = replay_suffix([(np.arange(1, 7), np.arange(1, 8))], k=8, max_cached_requests=0)
+    row = counters[0]
+    assert (row[DRAFTS], row[DECODE_STEPS], row[DRAFT_TOKENS], row[ACCEPTED]) == (2, 2, 4, 4)
+    assert per_pos.tolist()[:4] == [2, 1, 1, 0]
+
+
+def test_sampled_suffix_replay_still_feeds_the_global_tree():
+    rng = np.random.default_rng(0)
+    shared = rng.integers(0, 50, 30)
+    requests = [(rng.integers(0, 50, 10), shared.copy()) for _ in range(6)]
+    full = replay_config({"method": "suffix", "num_speculative_tokens": 4}, requests)
+    sampled = replay_config({"method": "suffix", "num_speculative_tokens": 4}, requests, max_requests=3, seed=2)
+    assert sampled.sampled and sampled.num_requests == 3
+    # Every sampled request except possibly the first sees an earlier copy of the shared output.
+    assert sampled.acceptance_rate is not None and sampled.acceptance_rate > 0.5
+    assert full.num_requests == 6
