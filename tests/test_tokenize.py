@@ -395,6 +395,51 @@ for spec in ['{tmp_path}/missing', 'some-org/some-model', 'tiktoken:o200k_base',
     assert "unknown tiktoken encoding" in lines[3]
 
 
+def test_model_id_found_in_local_hf_cache(tiny_dir, tmp_path):
+    """An id resolves to its snapshot in the HF cache layout (refs/main -> snapshots/<rev>), offline."""
+    repo = tmp_path / "hf" / "hub" / "models--test-org--tiny"
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (snapshot / name).write_bytes((tiny_dir / name).read_bytes())
+    code = """
+import socket
+def refuse(*a, **k):
+    raise AssertionError('network attempted')
+socket.socket.connect = refuse
+from advisor.tokenize import load_tokenizer
+tok = load_tokenizer(model='test-org/tiny')
+print(tok.info.kind, tok.info.model_match, tok.info.source)
+"""
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf")}
+    env.pop("HF_HUB_CACHE", None)
+    env.pop("HF_HUB_OFFLINE", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["hf", "True", str(snapshot)]
+
+
+def test_tiktoken_definitions_reused_without_download(monkeypatch):
+    """`tiktoken:` encodings take pattern and special tokens from tiktoken_ext, with our ranks, no network."""
+    import socket
+
+    import tiktoken_ext.openai_public as openai_public
+
+    from advisor.tokenize import tiktoken_backend
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("network attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    original = openai_public.load_tiktoken_bpe
+    params = tiktoken_backend._openai_params("o200k_harmony", {b"a": 0})
+    assert params["name"] == "o200k_harmony" and params["mergeable_ranks"] == {b"a": 0}
+    assert params["special_tokens"]["<|return|>"] == 200002
+    assert openai_public.load_tiktoken_bpe is original
+
+
 def test_tiktoken_file_with_wrong_content_is_rejected(tmp_path):
     fake = tmp_path / "o200k_base.tiktoken"
     fake.write_bytes(b"IQ== 0\n")
