@@ -55,17 +55,24 @@ class MetricsSnapshot:
     block_size: int | None = None
     has_spec_decode: bool = False
 
+    def _combine(self, other: MetricsSnapshot, sign: float) -> MetricsSnapshot:
+        width = max(len(self.spec_accepted_per_pos), len(other.spec_accepted_per_pos))
+        mine = self.spec_accepted_per_pos + (0.0,) * (width - len(self.spec_accepted_per_pos))
+        theirs = other.spec_accepted_per_pos + (0.0,) * (width - len(other.spec_accepted_per_pos))
+        return MetricsSnapshot(
+            **{name: getattr(self, name) + sign * getattr(other, name) for name in _COUNTERS.values()},
+            spec_accepted_per_pos=tuple(a + sign * b for a, b in zip(mine, theirs)),
+            block_size=self.block_size if self.block_size is not None else other.block_size,
+            has_spec_decode=self.has_spec_decode or other.has_spec_decode,
+        )
+
     def __sub__(self, before: MetricsSnapshot) -> MetricsSnapshot:
         """The counts between `before` and this snapshot."""
-        width = max(len(self.spec_accepted_per_pos), len(before.spec_accepted_per_pos))
-        after_pos = self.spec_accepted_per_pos + (0.0,) * (width - len(self.spec_accepted_per_pos))
-        before_pos = before.spec_accepted_per_pos + (0.0,) * (width - len(before.spec_accepted_per_pos))
-        return MetricsSnapshot(
-            **{name: getattr(self, name) - getattr(before, name) for name in _COUNTERS.values()},
-            spec_accepted_per_pos=tuple(a - b for a, b in zip(after_pos, before_pos)),
-            block_size=self.block_size,
-            has_spec_decode=self.has_spec_decode,
-        )
+        return self._combine(before, -1.0)
+
+    def __add__(self, other: MetricsSnapshot) -> MetricsSnapshot:
+        """Counts of two runs together (an arm over its trials)."""
+        return self._combine(other, 1.0)
 
     @property
     def acceptance_rate(self) -> float | None:

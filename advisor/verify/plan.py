@@ -80,15 +80,17 @@ class VerifyPlan:
     kv_cache_gib: float = 1.0
     steps: tuple[Step, ...] = field(default=())
 
+    def server_flags(self, arm: Arm) -> list[str]:
+        """Serve flags after model, host, port and name: the shared ones, then the arm's speculative config."""
+        return ["--seed", str(self.seed), *self.serve_args, *arm.serve_flags()]
+
     def serve_argv(self, arm: Arm, port: int | str) -> list[str]:
-        """`vllm serve` for an arm: the shared flags, then (candidate only) the speculative config."""
+        """The whole `vllm serve` command of an arm (what `VllmServer` runs, and what the script prints)."""
         return [
             str(self.vllm_bin), "serve", self.model,
             "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", self.served_model_name,
-            "--seed", str(self.seed),
-            *self.serve_args,
-            *arm.serve_flags(),
+            *self.server_flags(arm),
         ]
 
     def bench_argv(self, step: Step, base_url: str) -> list[str]:
