@@ -66,11 +66,11 @@ def test_global_tree_is_fifo_over_requests():
     a = (np.array([10, 11]), np.array([1, 2, 3, 4, 5, 6]))
     b = (np.array([12, 13]), np.array([20, 21, 22]))
     c = (np.array([14, 15]), np.array([1, 2, 3, 4, 5, 6]))
-    kept, _ = replay_suffix([a, b, c], k=4, max_cached_requests=3)
-    evicted, _ = replay_suffix([a, b, c], k=4, max_cached_requests=2)
-    disabled, _ = replay_suffix([a, b, c], k=4, max_cached_requests=0)
-    assert kept[2, ACCEPTED] > 0
-    assert evicted[2, ACCEPTED] == 0 and disabled[2, ACCEPTED] == 0
+    kept, _ = replay_suffix([a, b, c], [4], max_cached_requests=3)
+    evicted, _ = replay_suffix([a, b, c], [4], max_cached_requests=2)
+    disabled, _ = replay_suffix([a, b, c], [4], max_cached_requests=0)
+    assert kept[2, 0, ACCEPTED] > 0
+    assert evicted[2, 0, ACCEPTED] == 0 and disabled[2, 0, ACCEPTED] == 0
 
 
 def test_replay_counts_steps_drafts_and_acceptance():
@@ -80,10 +80,10 @@ def test_replay_counts_steps_drafts_and_acceptance():
     t=9, context ..1 2 3: [1 2 3] (count 2) -> 4 5 6 at p=0.5 each, score 1.5, beats [2 3] -> [4 5] (1.0);
     accepted 3, + bonus 7: done in 2 decode steps.
     """
-    counters, per_pos = replay_suffix([(np.arange(1, 7), np.arange(1, 8))], k=8, max_cached_requests=0)
-    row = counters[0]
+    counters, per_pos = replay_suffix([(np.arange(1, 7), np.arange(1, 8))], [8], max_cached_requests=0)
+    row = counters[0, 0]
     assert (row[DRAFTS], row[DECODE_STEPS], row[DRAFT_TOKENS], row[ACCEPTED]) == (2, 2, 4, 4)
-    assert per_pos.tolist()[:4] == [2, 1, 1, 0]
+    assert per_pos[0].tolist()[:4] == [2, 1, 1, 0]
 
 
 def test_sampled_suffix_replay_still_feeds_the_global_tree():
@@ -96,3 +96,13 @@ def test_sampled_suffix_replay_still_feeds_the_global_tree():
     # Every sampled request except possibly the first sees an earlier copy of the shared output.
     assert sampled.acceptance_rate is not None and sampled.acceptance_rate > 0.5
     assert full.num_requests == 6
+
+
+def test_one_pass_for_several_k_equals_separate_passes():
+    rng = np.random.default_rng(4)
+    requests = [(rng.integers(0, 4, 15), rng.integers(0, 4, 25)) for _ in range(8)]
+    together, pos_together = replay_suffix(requests, [1, 3, 8], max_cached_requests=3)
+    for ki, k in enumerate((1, 3, 8)):
+        alone, pos_alone = replay_suffix(requests, [k], max_cached_requests=3)
+        assert (together[:, ki] == alone[:, 0]).all()
+        assert (pos_together[ki, :k] == pos_alone[0]).all()

@@ -190,17 +190,8 @@ def replay_config(
     chosen = sample_indices(len(requests), max_requests, seed)
     k = config["num_speculative_tokens"]
     if config["method"] == "suffix":
-        counters, per_pos = suffix.replay_suffix(
-            requests,
-            k=k,
-            max_tree_depth=config["suffix_decoding_max_tree_depth"],
-            max_cached_requests=config["suffix_decoding_max_cached_requests"],
-            max_spec_factor=float(config["suffix_decoding_max_spec_factor"]),
-            min_token_prob=float(config["suffix_decoding_min_token_prob"]),
-            max_model_len=max_model_len,
-            speculate_for=chosen,
-        )
-        counters = counters[chosen]
+        all_counters, all_per_pos = _suffix_counters(config, [k], requests, max_model_len, chosen)
+        counters, per_pos = all_counters[:, 0], all_per_pos[0]
     else:
         window = (config["prompt_lookup_min"], config["prompt_lookup_max"])
         picked = [requests[i] for i in chosen]
@@ -232,13 +223,30 @@ def sweep(
             )
             replays.append(summarize(config, counters[:, w, ki], per_pos[w, ki, :k], len(requests), seed))
     if include_suffix:
-        for k in ks:
-            replays.append(
-                replay_config(
-                    {"method": "suffix", "num_speculative_tokens": k}, requests, max_model_len, max_requests, seed
-                )
-            )
+        base = normalize_config({"method": "suffix"})
+        counters, per_pos = _suffix_counters(base, ks, requests, max_model_len, chosen)
+        for ki, k in enumerate(ks):
+            config = {**base, "num_speculative_tokens": k}
+            replays.append(summarize(config, counters[:, ki], per_pos[ki, :k], len(requests), seed))
     return ReplaySweep(tuple(replays))
+
+
+def _suffix_counters(
+    config: dict, ks: Sequence[int], requests: Sequence[TokenizedRequest], max_model_len: int | None,
+    chosen: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Suffix replay of every request (the global tree needs them all), counters of the `chosen` ones."""
+    counters, per_pos = suffix.replay_suffix(
+        requests,
+        ks,
+        max_tree_depth=config["suffix_decoding_max_tree_depth"],
+        max_cached_requests=config["suffix_decoding_max_cached_requests"],
+        max_spec_factor=float(config["suffix_decoding_max_spec_factor"]),
+        min_token_prob=float(config["suffix_decoding_min_token_prob"]),
+        max_model_len=max_model_len,
+        speculate_for=chosen,
+    )
+    return counters[chosen], per_pos
 
 
 def sample_indices(count: int, max_requests: int | None, seed: int) -> np.ndarray:

@@ -442,7 +442,7 @@ class SuffixCache:
 
 def replay_suffix(
     requests: Sequence[tuple[np.ndarray, np.ndarray]],
-    k: int,
+    ks: Sequence[int],
     max_tree_depth: int = 24,
     max_cached_requests: int = 10000,
     max_spec_factor: float = 1.0,
@@ -450,51 +450,59 @@ def replay_suffix(
     max_model_len: int | None = None,
     speculate_for: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Replays (prompt_ids, output_ids) requests one after another in the given (arrival) order.
+    """Replays (prompt_ids, output_ids) requests one after another in the given (arrival) order, for every
+    k in `ks` in one pass.
 
-    Returns (counters[r, :] with the columns of `advisor.measure.ngram`, per_pos[i]). Requests not in
-    `speculate_for` (default: all) only feed their output to the global tree, which keeps a sampled replay
-    exact for the sampled requests. Requests overlapping in time would also see each other's partial
-    outputs in vLLM; a sequential replay does not model that.
+    The trees' state when the context holds t tokens does not depend on k (tokens are appended one by one,
+    whatever the step sizes), so the trees are built once and each k keeps its own step positions.
+    Returns (counters[r, ki, :] with the columns of `advisor.measure.ngram`, per_pos[ki, i]). Requests not
+    in `speculate_for` (default: all) only feed their output to the global tree, which keeps a sampled
+    replay exact for the sampled requests. Requests overlapping in time would also see each other's
+    partial outputs in vLLM; a sequential replay does not model that.
     """
+    ks = [int(k) for k in ks]
+    if not ks or min(ks) < 1:
+        raise ValueError(f"need k >= 1, got {ks}")
     limit = NO_LIMIT if max_model_len is None else int(max_model_len)
     cache = SuffixCache(max_tree_depth, max_cached_requests)
     wanted = np.zeros(len(requests), dtype=bool)
     wanted[np.arange(len(requests)) if speculate_for is None else speculate_for] = True
-    counters = np.zeros((len(requests), COUNTER_COLUMNS), dtype=np.int64)
-    per_pos = np.zeros(k, dtype=np.int64)
+    counters = np.zeros((len(requests), len(ks), COUNTER_COLUMNS), dtype=np.int64)
+    per_pos = np.zeros((len(ks), max(ks)), dtype=np.int64)
     for r, (prompt_ids, output_ids) in enumerate(requests):
         prompt = [int(v) for v in prompt_ids]
         output = [int(v) for v in output_ids]
         if not output:
             continue
-        counters[r, OUTPUT_TOKENS] = len(output)
+        counters[r, :, OUTPUT_TOKENS] = len(output)
         if not wanted[r]:
             _, seq_id = cache.start(())
             cache.add(None, seq_id, output)
             continue
         local, seq_id = cache.start(prompt)
         context = prompt + output
-        emitted = 1  # the prefill step samples the first output token without a draft
-        new_tokens = output[:1]
-        while True:
-            cache.add(local, seq_id, new_tokens)
-            if emitted >= len(output):
-                break
-            counters[r, DECODE_STEPS] += 1
+        # next_step[ki]: output tokens emitted when k's next decode step runs (1: the prefill's token).
+        next_step = [1] * len(ks)
+        for emitted in range(1, len(output)):
+            cache.add(local, seq_id, output[emitted - 1 : emitted])
             t = len(prompt) + emitted
-            accepted = 0
-            if t < limit:
-                pattern = context[max(0, t - max_tree_depth) : t]
-                draft = cache.speculate(local, pattern, min(k, limit - t - 1), max_spec_factor, min_token_prob)
-                if draft:
-                    while accepted < len(draft) and t + accepted < len(context) and draft[accepted] == context[t + accepted]:
-                        accepted += 1
-                    counters[r, DRAFTS] += 1
-                    counters[r, DRAFT_TOKENS] += len(draft)
-                    counters[r, ACCEPTED] += accepted
-                    per_pos[:accepted] += 1
-            step = min(accepted + 1, len(output) - emitted)
-            new_tokens = output[emitted : emitted + step]
-            emitted += step
+            for ki, k in enumerate(ks):
+                if next_step[ki] != emitted:
+                    continue
+                row = counters[r, ki]
+                row[DECODE_STEPS] += 1
+                accepted = 0
+                if t < limit:
+                    pattern = context[max(0, t - max_tree_depth) : t]
+                    draft = cache.speculate(local, pattern, min(k, limit - t - 1), max_spec_factor, min_token_prob)
+                    if draft:
+                        while (accepted < len(draft) and t + accepted < len(context)
+                               and draft[accepted] == context[t + accepted]):
+                            accepted += 1
+                        row[DRAFTS] += 1
+                        row[DRAFT_TOKENS] += len(draft)
+                        row[ACCEPTED] += accepted
+                        per_pos[ki, :accepted] += 1
+                next_step[ki] = emitted + accepted + 1
+        cache.add(local, seq_id, output[-1:])
     return counters, per_pos
