@@ -36,6 +36,7 @@ def _speculative_config(_ctx: click.Context, _param: click.Parameter, value: str
               help="Tokens per hash id in Mooncake / timed_trace logs.")
 @click.option("--speculative-config", "speculative_config", callback=_speculative_config,
               help="Replay exactly this JSON speculative config (as vllm serve takes it) instead of the sweep.")
+@click.option("--no-replay", is_flag=True, help="Skip the ngram/suffix replays (and with them the sweep).")
 @click.option("--no-sweep", is_flag=True, help="Skip the k / lookup-window sweep (faster).")
 @click.option("--max-replay-requests", type=click.IntRange(min=1), default=20_000, show_default=True,
               help="Replay a seeded sample of this many requests when the log has more (with 95% intervals).")
@@ -46,17 +47,20 @@ def _speculative_config(_ctx: click.Context, _param: click.Parameter, value: str
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokenizer: str | None, model: str | None,
                     gpu: str | None, tp: int, block_size: int, hash_block_size: int, speculative_config: dict | None,
-                    no_sweep: bool, max_replay_requests: int, no_recommend: bool, as_json: bool, out: str | None,
+                    no_replay: bool, no_sweep: bool, max_replay_requests: int, no_recommend: bool, as_json: bool, out: str | None,
                     checklist: str | None, no_progress: bool) -> None:
     """Profile LOGS (files, .gz, or - for stdin) and advise on APC and speculative decoding."""
     from advisor.profile import ProfileOptions, build_profile
     from advisor.report import dumps, render_terminal
 
+    if speculative_config is not None and no_replay:
+        raise ConfigError("--speculative-config asks for a replay: drop --no-replay")
     if checklist and no_recommend:
         raise ConfigError("--checklist needs the recommendation: drop --no-recommend")
     options = ProfileOptions(
         paths=logs, fmt=fmt, strict=strict, tokenizer=tokenizer, model=model, gpu=gpu, tp=tp, block_size=block_size,
-        hash_block_size=hash_block_size, speculative_config=speculative_config, sweep=not no_sweep,
+        hash_block_size=hash_block_size, speculative_config=speculative_config, replay=not no_replay,
+        sweep=not no_sweep,
         max_replay_requests=max_replay_requests, recommend=not no_recommend,
     )
     show_bar = not no_progress and sys.stderr.isatty() and "-" not in logs
