@@ -19,10 +19,13 @@ from advisor import __version__
 from advisor.errors import ConfigError
 from advisor.ingest import IngestStats, read_requests
 from advisor.measure import arrivals, overlap, prefix, sampling, stats
+from advisor.measure.stats import json_float
 from advisor.record import Request
 from advisor.report import SCHEMA_VERSION
 
 BATCH_REQUESTS = 256
+# Without logged latencies, a request holds its KV blocks for this long per output token in the APC replay.
+ASSUMED_DECODE_S_PER_TOKEN = 0.03
 # Replays keep token ids in memory; beyond this many tokens the replay inputs are sampled (seeded reservoir).
 REPLAY_TOKEN_BUDGET = 60_000_000
 OVERLAP_MAX_N = 5
@@ -250,7 +253,7 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: _Collected,
 
     order = _arrival_order(timestamps)
     report["prefix"] = _prefix(c, order, options, disabled)
-    report["apc"] = None  # filled by the APC replay below when the simulator is available
+    report["apc"] = _apc(c, order, options, timestamps, output_lens, latencies) if report["prefix"] else None
 
     if c.overlaps:
         summary = overlap.summarize_overlap(c.overlaps, OVERLAP_MAX_N)
@@ -383,6 +386,71 @@ def _prefix(c: _Collected, order: np.ndarray, options: ProfileOptions, disabled:
     result = prefix.prefix_sharing(chains, block_size, cache_outputs=True, top=10)
     data = result.to_dict()
     data["ceiling_hit_ratio"] = data.get("ceiling")
+    return data
+
+
+def _apc(c: _Collected, order: np.ndarray, options: ProfileOptions, timestamps: np.ndarray,
+         output_lens: np.ndarray, latencies: np.ndarray) -> dict[str, Any]:
+    """Finite-cache APC replay at the deployment's KV capacity, with the hit-rate-versus-capacity curve.
+
+    Capacity = KV budget / (KV bytes per token per rank x block size), the budget being
+    --kv-cache-memory-bytes or GPU memory x utilization - weights per rank (activation peak and CUDA graphs
+    are not known offline: the capacity is an upper bound, and the report says so). Requests hold their
+    blocks while they run: from the logged latency, else an assumed decode time per output token.
+    """
+    from advisor.engine.knowledge import DEFAULT_GPU, DEFAULT_MODEL, resolve_gpu, resolve_model
+    from advisor.measure import apc
+
+    assumptions = []
+    model = resolve_model(options.model or DEFAULT_MODEL)
+    if not options.model:
+        assumptions.append(f"model not given: KV layout of {DEFAULT_MODEL}")
+    per_token = apc.kv_bytes_per_token(
+        model.num_layers, model.num_kv_heads, model.head_dim, 2.0, options.tp, model.mla_kv_dim, 0 if model.mla_kv_dim else None
+    )
+    if options.kv_cache_memory_bytes is not None:
+        budget = apc.kv_budget_bytes(kv_cache_memory_bytes=options.kv_cache_memory_bytes)
+        source = "--kv-cache-memory-bytes"
+    else:
+        gpu = resolve_gpu(options.gpu or DEFAULT_GPU)
+        if not options.gpu:
+            assumptions.append(f"GPU not given: {gpu.name}")
+        weights = model.total_params * model.weight_bytes_per_param / options.tp
+        budget = apc.kv_budget_bytes(
+            gpu_memory_bytes=gpu.memory_gb * 1e9, gpu_memory_utilization=options.gpu_memory_utilization,
+            weight_bytes_per_gpu=weights,
+        )
+        source = f"{gpu.name} {gpu.memory_gb:g} GB x {options.gpu_memory_utilization} - weights (upper bound)"
+    block_size = next(iter(c.chain_sizes))
+    capacity = apc.capacity_blocks(budget, per_token, block_size)
+    rows = [i for i in order if c.chains[i] is not None]
+    chains = [c.chains[i] for i in rows]
+    outputs = np.nan_to_num(output_lens[rows]).astype(np.int64)
+    arrivals_s = timestamps[rows]
+    durations = None
+    if np.isnan(arrivals_s).any():
+        arrivals_s = None
+        assumptions.append("no timestamps: requests replayed one after another")
+    else:
+        durations = latencies[rows]
+        missing = np.isnan(durations)
+        if missing.any():
+            durations = np.where(missing, outputs * ASSUMED_DECODE_S_PER_TOKEN, durations)
+            assumptions.append(
+                f"{int(missing.sum()):,} requests without a logged latency hold their blocks for"
+                f" {ASSUMED_DECODE_S_PER_TOKEN * 1000:.0f} ms per output token"
+            )
+    result = apc.apc_report(chains, block_size, capacity, outputs, arrivals_s, durations)
+    data = result.to_dict()
+    at_capacity = result.at_capacity
+    data.update(
+        block_size=block_size,
+        capacity_blocks=capacity,
+        capacity_source=source,
+        kv_bytes_per_token=per_token,
+        hit_rate=json_float(at_capacity.hit_rate if at_capacity else None),
+        assumptions=assumptions,
+    )
     return data
 
 
