@@ -47,6 +47,9 @@ DEFAULT_MAX_NUM_SEQS = 256
 # Without timestamps the load is unknown: predictions are made at these running batches, and said so.
 ASSUMED_TYPICAL_BATCH = 4
 ASSUMED_PEAK_BATCH = 32
+# Windows for the peak rate (report["arrivals"]): long enough for a steady-state batch to form.
+PEAK_WINDOW_S = 60.0
+SHORT_PEAK_WINDOW_S = 10.0
 # Sample sizes for confidence (requests with replayed outputs).
 HIGH_CONFIDENCE_REQUESTS = 300
 LOW_CONFIDENCE_REQUESTS = 50
@@ -157,20 +160,9 @@ def _workload(report: dict, cost: CostModel, options: EngineOptions, max_batch: 
     lengths = report.get("lengths") or {}
     input_len = float((lengths.get("input") or {}).get("mean") or 512)
     output_len = float((lengths.get("output") or {}).get("mean") or 256)
-    apc = report.get("apc") or {}
-    cached = float(apc.get("hit_rate") or 0.0)
-    arrivals = report.get("arrivals")
-    if arrivals and arrivals.get("request_rate"):
-        typical = float(options.request_rate or arrivals["request_rate"])
-        peak = float(arrivals.get("peak_rate_60s") or arrivals.get("peak_rate_10s") or typical)
-        source = "observed arrivals" if options.request_rate is None else "--request-rate (peak from the logs)"
-        return Workload(typical, max(peak, typical), input_len, output_len, cached, source)
-    if options.request_rate:
-        rate = float(options.request_rate)
-        assumptions.append("no timestamps in the logs: load from --request-rate; peak assumed 2x")
-        return Workload(rate, 2 * rate, input_len, output_len, cached, "--request-rate")
+    cached = cached_share(report)
 
-    def rate_for_batch(batch: int) -> float:
+    def rate_for_batch(batch: float) -> float:
         """The arrival rate whose steady state (no speculation) runs `batch` requests: Little's law inverted."""
         rate = 1.0
         for _ in range(30):
@@ -179,12 +171,58 @@ def _workload(report: dict, cost: CostModel, options: EngineOptions, max_batch: 
             rate *= batch / max(running, 1e-6)
         return rate
 
+    arrivals = report.get("arrivals")
+    if arrivals and arrivals.get("request_rate"):
+        typical = float(options.request_rate or arrivals["request_rate"])
+        peak = max(peak_rate(arrivals), typical)
+        source = "observed arrivals" if options.request_rate is None else "--request-rate (peak from the logs)"
+        concurrency = arrivals.get("concurrency") or {}
+        if options.request_rate is None and concurrency.get("mean"):
+            # The logging server held this many requests in flight: never assume a lighter load than that
+            # (conservative for speculation, whose gain shrinks with batch).
+            observed_typical = min(float(concurrency["mean"]), max_batch)
+            observed_peak = min(float(concurrency.get("p99") or concurrency["mean"]), max_batch)
+            if cost.open_loop(typical, input_len, output_len, async_scheduling=True, cached_share=cached,
+                              max_batch=max_batch).batch < observed_typical:
+                typical = rate_for_batch(observed_typical)
+                source = "observed arrivals and logged concurrency"
+            if cost.open_loop(peak, input_len, output_len, async_scheduling=True, cached_share=cached,
+                              max_batch=max_batch).batch < observed_peak:
+                peak = rate_for_batch(observed_peak)
+        return Workload(typical, max(peak, typical), input_len, output_len, cached, source)
+    if options.request_rate:
+        rate = float(options.request_rate)
+        assumptions.append("no timestamps in the logs: load from --request-rate; peak assumed 2x")
+        return Workload(rate, 2 * rate, input_len, output_len, cached, "--request-rate")
     assumptions.append(
         f"no timestamps in the logs: load assumed to keep {ASSUMED_TYPICAL_BATCH} requests running "
         f"(peak {ASSUMED_PEAK_BATCH}); pass --request-rate with your business load"
     )
     return Workload(rate_for_batch(ASSUMED_TYPICAL_BATCH), rate_for_batch(min(ASSUMED_PEAK_BATCH, max_batch)),
                     input_len, output_len, cached, "assumed")
+
+
+def cached_share(report: dict) -> float:
+    """Share of prompt tokens the prefix cache serves: the APC replay at real capacity when the profile ran
+    it, else the infinite-cache ceiling of the prefix analysis (an upper bound)."""
+    apc = report.get("apc") or {}
+    if apc.get("hit_rate") is not None:
+        return float(apc["hit_rate"])
+    prefix = report.get("prefix") or {}
+    return float(prefix.get("ceiling") or prefix.get("ceiling_hit_ratio") or 0.0)
+
+
+def peak_rate(arrivals: dict) -> float:
+    """The busiest sustained rate: the 60 s window when the log covers a minute, else the 10 s window.
+
+    A window longer than the log only divides the log's requests by the window and understates the load.
+    """
+    duration = arrivals.get("duration_s") or 0.0
+    if duration >= PEAK_WINDOW_S and arrivals.get("peak_rate_60s"):
+        return float(arrivals["peak_rate_60s"])
+    if duration >= SHORT_PEAK_WINDOW_S and arrivals.get("peak_rate_10s"):
+        return float(arrivals["peak_rate_10s"])
+    return float(arrivals["request_rate"])
 
 
 def _replay_groups(report: dict) -> dict[str, list[SpecPoint]]:
@@ -320,11 +358,24 @@ def _evidence(report: dict, workload: Workload, cost: CostModel, chosen: Candida
                 f"replayed {best.label()}: mean acceptance length {best.mean_acceptance_length:.2f} when drafting, "
                 f"drafts on {_pct(best.draft_step_share or 0)} of steps, {best.tokens_per_step:.2f} tokens per step overall"
             )
+    concurrency = (report.get("arrivals") or {}).get("concurrency")
+    if concurrency and concurrency.get("mean") is not None:
+        lines.append(
+            f"logged latencies show {concurrency['mean']:.1f} requests in flight on average (p99 {concurrency.get('p99')}) "
+            "on the server that wrote the logs"
+        )
     apc = report.get("apc")
+    prefix = report.get("prefix") or {}
     if apc and apc.get("hit_rate") is not None:
         lines.append(
             f"prefix-cache replay: {_pct(apc['hit_rate'])} of prompt tokens hit with {apc.get('capacity_blocks')} "
             f"blocks of {apc.get('block_size')} (ceiling {_pct(apc.get('ceiling') or 0)}); APC only shortens prefill"
+        )
+    elif prefix.get("ceiling") is not None:
+        lines.append(
+            f"prefix sharing: {_pct(prefix['ceiling'])} of prompt tokens hit the prefix cache with unlimited capacity "
+            f"(blocks of {prefix.get('block_size')}, {_pct(prefix.get('requests_with_hit_share') or 0)} of requests hit); "
+            "APC stays on; it only shortens prefill"
         )
     for candidate in candidates:
         if candidate is not chosen and not candidate.from_replay and candidate.speedup_typical >= MIN_SPEEDUP:
