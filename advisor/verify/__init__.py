@@ -1,6 +1,7 @@
 """`advise verify`: a controlled A/B of a speculative config with a real `vllm serve` and `vllm bench serve`.
 
-server (process groups, readiness, clean stop) -> metrics (/metrics scraping) -> dataset (bench input from the
-logs) -> plan (every command, also as a shell script) -> runner (interleaved trials) -> verdict (bootstrap
-ratios, predicted versus measured) -> history (JSON record + Markdown). See docs/verify.md.
+session (the one library call) -> dataset (bench input and load from the logs) -> plan (every command, also as a
+shell script) -> runner (fresh server per arm and trial, via server) -> metrics (/metrics scraping) -> verdict
+(bootstrap ratios, controls, predicted versus measured) -> history (record JSON, history file, Markdown).
+See docs/verify.md.
 """

@@ -7,6 +7,7 @@ history file is JSON Lines: one record appended per run, never rewritten.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import orjson
@@ -103,7 +104,8 @@ def render_markdown(record: dict) -> str:
         "",
         f"Rule: {verdict['rule']}.",
         "",
-        f"Candidate `--speculative-config {protocol['arms']['candidate']['speculative_config']}` against the same "
+        f"Candidate `--speculative-config '{json.dumps(protocol['arms']['candidate']['speculative_config'])}'` "
+        "against the same "
         f"server without it; model `{record['inputs']['served_model_name']}`; {protocol['trials']} trial(s), order "
         f"{' '.join(protocol['order'])}; {dataset['rows']} requests from the logs "
         f"({dataset['input_tokens']} prompt and {dataset['output_tokens']} output tokens per run) at "
