@@ -90,7 +90,7 @@ def test_emitted_forms_of_a_recommendation_lint_clean() -> None:
 SEED_CHECKS = [
     "Business limits fixed before any benchmark",
     "do not guess performance numbers",
-    "Prefix reuse: APC replay hits 62%",
+    "Prefix reuse: 62% of prompt tokens come from the prefix cache",
     "APC only shortens prefill",
     "Output length: decode is",
     "Arrival pressure",

@@ -19,9 +19,10 @@ def _observed_p999(logs: tuple[str, ...], report_path: str | None) -> float | No
             raise InputError(f"{report_path}: cannot read the report JSON ({error})") from error
         return observed_p999_from_report(report)
     if logs:
-        from advisor.profile import build_profile
+        from advisor.profile import ProfileOptions, build_profile
 
-        return observed_p999_from_report(build_profile([Path(p) for p in logs]))
+        profile = build_profile(ProfileOptions(paths=tuple(logs), sweep=False, recommend=False))
+        return observed_p999_from_report(profile.report)
     return None
 
 

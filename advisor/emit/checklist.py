@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from advisor.engine.decide import cached_share, hit_ratio
+
 if TYPE_CHECKING:
     from advisor.engine.decide import Recommendation
 
@@ -46,9 +48,11 @@ def render_checklist(report: dict, recommendation: Recommendation) -> str:
             "requests; do not guess performance numbers before choosing parameters",
         ]),
         ("Which bottleneck (decide before configuring)", [
-            f"Prefix reuse: APC replay hits {_pct(apc.get('hit_rate'))} of prompt tokens (ceiling "
-            f"{_pct(apc.get('ceiling'))}); APC only shortens prefill: predicted to "
-            f"saves {_num(predicted.get('ttft_ms', {}).get('apc_saving'), 1)} ms of TTFT",
+            f"Prefix reuse: {_pct(cached_share(report))} of prompt tokens come from the prefix cache ("
+            + ("APC replay at this GPU's capacity" if apc.get("hit_rate") is not None else "unlimited-cache ceiling")
+            + f", ceiling {_pct(hit_ratio(apc.get('ceiling')) or hit_ratio((report.get('prefix') or {}).get('ceiling')))}); "
+            f"APC only shortens prefill: predicted to save "
+            f"{_num(predicted.get('ttft_ms', {}).get('apc_saving'), 1)} ms of TTFT",
             f"Output length: decode is {_pct(lengths.get('decode_share'))} of tokens (mean output "
             f"{_num(output.get('mean'))}); long generation is not helped by APC",
             f"Arrival pressure: {_num(rate.get('typical'), 2)} req/s typical, {_num(rate.get('peak'), 2)} at peak "

@@ -209,7 +209,14 @@ def cached_share(report: dict) -> float:
     if apc.get("hit_rate") is not None:
         return float(apc["hit_rate"])
     prefix = report.get("prefix") or {}
-    return float(prefix.get("ceiling") or prefix.get("ceiling_hit_ratio") or 0.0)
+    return float(hit_ratio(prefix.get("ceiling")) or hit_ratio(prefix.get("ceiling_hit_ratio")) or 0.0)
+
+
+def hit_ratio(value: float | dict | None) -> float | None:
+    """A hit ratio given as a number or as a replay result {hit_rate: ...} (report["apc"]["ceiling"])."""
+    if isinstance(value, dict):
+        value = value.get("hit_rate")
+    return None if value is None else float(value)
 
 
 def peak_rate(arrivals: dict) -> float:
@@ -369,11 +376,12 @@ def _evidence(report: dict, workload: Workload, cost: CostModel, chosen: Candida
     if apc and apc.get("hit_rate") is not None:
         lines.append(
             f"prefix-cache replay: {_pct(apc['hit_rate'])} of prompt tokens hit with {apc.get('capacity_blocks')} "
-            f"blocks of {apc.get('block_size')} (ceiling {_pct(apc.get('ceiling') or 0)}); APC only shortens prefill"
+            f"blocks of {apc.get('block_size')} (ceiling {_pct(hit_ratio(apc.get('ceiling')) or 0)}); APC only shortens "
+            "prefill"
         )
-    elif prefix.get("ceiling") is not None:
+    elif hit_ratio(prefix.get("ceiling")) is not None:
         lines.append(
-            f"prefix sharing: {_pct(prefix['ceiling'])} of prompt tokens hit the prefix cache with unlimited capacity "
+            f"prefix sharing: {_pct(hit_ratio(prefix['ceiling']))} of prompt tokens hit the prefix cache with unlimited capacity "
             f"(blocks of {prefix.get('block_size')}, {_pct(prefix.get('requests_with_hit_share') or 0)} of requests hit); "
             "APC stays on; it only shortens prefill"
         )
