@@ -6,6 +6,7 @@ stop, and `enable-prefix-caching: false` in a --config YAML is dropped by vllm/u
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,21 @@ def test_shortcuts_complete_the_json() -> None:
     assert check_speculative_config({"method": "suffix"}, 1) == []
     findings = lint_text("vllm serve m --spec-method eagle3 --spec-tokens 3")
     assert [f.rule for f in findings] == ["missing-model"]
+
+
+def test_cli_exit_codes_and_json(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from advisor.cli import cli
+
+    runner = CliRunner()
+    bad = runner.invoke(cli, ["lint", str(_one("removed-key", "bad"))])
+    assert bad.exit_code == 1 and "[removed-key]" in bad.output
+    assert runner.invoke(cli, ["lint", str(_one("removed-key", "good"))]).exit_code == 0
+    warning_only = runner.invoke(cli, ["lint", str(_one("bench-temperature", "bad"))])
+    assert warning_only.exit_code == 0
+    report = tmp_path / "report.json"
+    report.write_text('{"lengths": {"total": {"p99_9": 9000}}}')
+    piped = runner.invoke(cli, ["lint", "-", "--json", "--report", str(report)], input="vllm serve m --max-model-len 8192\n")
+    assert piped.exit_code == 1
+    assert [f["rule"] for f in json.loads(piped.output)["findings"]] == ["max-model-len-low"]
