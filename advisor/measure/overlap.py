@@ -6,21 +6,22 @@ copies from its context can be drafted from that context. The exact proposer rep
 
 N-grams are compared exactly, without hashing and without sorting the (long) prompt: the output's
 distinct n-grams are numbered level by level (an n-gram's key is the pair (number of its first n-1 tokens,
-number of its last token)). Prompt and context positions are looked up in a table of the output's tokens,
-then, for n > 1, only positions whose (n-1)-gram matched are looked up in the output's sorted n-gram keys
-by binary search. Cost O(P + M log O) for a prompt of P tokens, M candidate positions, an output of O.
+number of its last token)). A compiled walk from each prompt or context position looks its tokens up in
+the output's sorted keys by binary search and stops at the first n-gram the output does not have. Cost
+O((P + M) log O) for a prompt of P tokens, M matched extensions, an output of O.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from numba import njit
+
 from advisor.measure.stats import json_float
 
 MAX_N = 5
-TABLE_LIMIT = 1 << 23  # token ids below this are looked up in a table (int64: 64 MiB at most, ~1 MiB usually)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,31 +38,88 @@ class RequestOverlap:
     in_context: tuple[int, ...] | None
 
 
-def _lookup(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Index of each of `keys` in `sorted_keys` (distinct, ascending), or -1 where absent."""
-    if sorted_keys.size == 0:
-        return np.full(keys.shape, -1, dtype=np.int64)
-    index = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.size - 1)
-    return np.where(sorted_keys[index] == keys, index, -1)
+@njit(cache=True)
+def _search(keys: np.ndarray, start: int, stop: int, key: int) -> int:
+    """Index of `key` in the ascending slice keys[start:stop], relative to `start`, or -1."""
+    low, high = start, stop
+    while low < high:
+        middle = (low + high) >> 1
+        if keys[middle] < key:
+            low = middle + 1
+        else:
+            high = middle
+    if low < stop and keys[low] == key:
+        return low - start
+    return -1
 
 
-def _token_lookup(vocabulary: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """`_lookup` for single tokens: a direct table, faster than binary search, for vocabulary-sized ids."""
-    if vocabulary.size == 0 or vocabulary[0] < 0 or vocabulary[-1] >= TABLE_LIMIT:
-        return lambda tokens: _lookup(vocabulary, tokens)
-    top = int(vocabulary[-1])
-    table = np.full(top + 1, -1, dtype=np.int64)
-    table[vocabulary] = np.arange(vocabulary.size)
-    return lambda tokens: np.where((tokens >= 0) & (tokens <= top), table[np.clip(tokens, 0, top)], -1)
+@njit(cache=True)
+def _mark_found(pool: np.ndarray, bounds: np.ndarray, vocabulary: np.ndarray, level_keys: np.ndarray,
+                level_offsets: np.ndarray, base: int, max_n: int, found: np.ndarray) -> None:
+    """Marks found[level_offsets[n-1] + j] for every output n-gram number j that occurs in a pool segment.
 
-
-def _pair_keys(prefix: np.ndarray, last: np.ndarray, base: int) -> np.ndarray:
-    """Key of (prefix number, last-token number); -1 where either is -1 (not an n-gram of the output).
-
-    Numbers are below `base` (the output's distinct token count + 1), so keys are below base**2.
+    From each pool position, follow n = 1, 2, ... while the n-gram is one of the output's (its (n-1)-prefix
+    must be, so the walk stops at the first miss); segments [bounds[s], bounds[s+1]) never join.
     """
-    known = (prefix >= 0) & (last >= 0)
-    return np.where(known, prefix * base + last, -1)
+    vocab_size = vocabulary.size
+    for segment in range(bounds.size - 1):
+        end = bounds[segment + 1]
+        for start in range(bounds[segment], end):
+            number = _search(vocabulary, 0, vocab_size, pool[start])
+            if number < 0:
+                continue
+            found[number] = True
+            for n in range(2, max_n + 1):
+                position = start + n - 1
+                if position >= end:
+                    break
+                last = _search(vocabulary, 0, vocab_size, pool[position])
+                if last < 0:
+                    break
+                number = _search(level_keys, level_offsets[n - 1], level_offsets[n], number * base + last)
+                if number < 0:
+                    break
+                found[level_offsets[n - 1] + number] = True
+
+
+@njit(cache=True)
+def _count(output: np.ndarray, pools: np.ndarray, bounds: np.ndarray, max_n: int) -> np.ndarray:
+    """Row 0: the output's n-gram positions per n; row 1 + p: how many occur in pool p.
+
+    `pools` concatenates the pools; pool p is segments bounds[p][0..] (a row of segment boundaries,
+    padded with its last value), so a conversation's earlier outputs stay separate segments.
+    """
+    vocabulary = np.unique(output)
+    base = vocabulary.size + 1
+    size = output.size
+    numbers = np.full((max_n, size), -1, dtype=np.int64)  # numbers[n-1, i]: the n-gram at i, numbered
+    offsets = np.zeros(max_n + 1, dtype=np.int64)
+    keys_by_level = np.empty(size * max_n, dtype=np.int64)
+    numbers[0, :] = np.searchsorted(vocabulary, output)
+    keys_by_level[: vocabulary.size] = vocabulary
+    offsets[1] = vocabulary.size
+    for n in range(2, max_n + 1):
+        width = max(0, size - n + 1)
+        keys = numbers[n - 2, :width] * base + numbers[0, n - 1 : n - 1 + width]
+        distinct = np.unique(keys)
+        keys_by_level[offsets[n - 1] : offsets[n - 1] + distinct.size] = distinct
+        offsets[n] = offsets[n - 1] + distinct.size
+        numbers[n - 1, :width] = np.searchsorted(distinct, keys)
+    level_keys = keys_by_level[: offsets[max_n]]
+    counts = np.zeros((1 + bounds.shape[0], max_n), dtype=np.int64)
+    for n in range(1, max_n + 1):
+        counts[0, n - 1] = max(0, size - n + 1)
+    found = np.zeros(level_keys.size, dtype=np.bool_)
+    for p in range(bounds.shape[0]):
+        found[:] = False
+        _mark_found(pools, bounds[p], vocabulary, level_keys, offsets, base, max_n, found)
+        for n in range(1, max_n + 1):
+            hits = 0
+            for i in range(max(0, size - n + 1)):
+                if found[offsets[n - 1] + numbers[n - 1, i]]:
+                    hits += 1
+            counts[1 + p, n - 1] = hits
+    return counts
 
 
 def request_overlap(
@@ -78,38 +136,20 @@ def request_overlap(
     if max_n < 1:
         raise ValueError(f"max_n must be at least 1, got {max_n}")
     output = np.asarray(output_ids, dtype=np.int64).ravel()
-    vocabulary = np.unique(output)
-    base = int(vocabulary.size) + 1
-    # Level by level: the sorted distinct keys of the output's n-grams, and each output position's number.
-    level_keys = [vocabulary]
-    output_numbers = [np.searchsorted(vocabulary, output)]
-    token_numbers = _token_lookup(vocabulary)
-    for n in range(2, max_n + 1):
-        width = max(0, output.size - n + 1)
-        keys = _pair_keys(output_numbers[-1][:width], output_numbers[0][n - 1 : n - 1 + width], base)
-        level_keys.append(np.unique(keys))
-        output_numbers.append(np.searchsorted(level_keys[-1], keys))
-
-    def found_in(pools: Sequence[np.ndarray]) -> tuple[int, ...]:
-        found = [np.zeros(keys.size, dtype=bool) for keys in level_keys]
-        for pool in pools:
-            tokens = token_numbers(np.asarray(pool, dtype=np.int64).ravel())
-            # Only n-grams whose (n-1)-prefix is an output n-gram can match: follow those start positions.
-            starts = np.flatnonzero(tokens >= 0)
-            numbers = tokens[starts]
-            for n in range(1, max_n + 1):
-                if n > 1:
-                    starts_in = starts[starts + n - 1 < tokens.size]
-                    keys = _pair_keys(numbers[: starts_in.size], tokens[starts_in + n - 1], base)
-                    numbers = _lookup(level_keys[n - 1], keys)
-                    starts, numbers = starts_in[numbers >= 0], numbers[numbers >= 0]
-                found[n - 1][numbers] = True
-        return tuple(int(f[numbers_n].sum()) for f, numbers_n in zip(found, output_numbers))
-
+    prompt = np.asarray(prompt_ids, dtype=np.int64).ravel()
+    earlier = [np.asarray(pool, dtype=np.int64).ravel() for pool in context or ()]
+    # Row 0: the prompt as one segment; row 1: the earlier outputs, each its own segment (rows padded).
+    context_bounds = prompt.size + np.cumsum([0] + [pool.size for pool in earlier])
+    bounds = np.empty((2, max(2, context_bounds.size)), dtype=np.int64)
+    bounds[0, :] = prompt.size
+    bounds[0, 0] = 0
+    bounds[1, :] = context_bounds[-1]
+    bounds[1, : context_bounds.size] = context_bounds
+    counts = _count(output, np.concatenate([prompt, *earlier]), bounds, max_n)
     return RequestOverlap(
-        ngrams=tuple(int(numbers.size) for numbers in output_numbers),
-        in_prompt=found_in([prompt_ids]),
-        in_context=found_in(context) if context is not None else None,
+        ngrams=tuple(int(v) for v in counts[0]),
+        in_prompt=tuple(int(v) for v in counts[1]),
+        in_context=tuple(int(v) for v in counts[2]) if context is not None else None,
     )
 
 
