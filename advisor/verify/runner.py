@@ -19,7 +19,7 @@ from advisor.errors import VllmError
 from advisor.verify.metrics import MetricsSnapshot, parse_metrics
 from advisor.verify.plan import WARMUP_PROMPT, WARMUP_TOKENS, Step, VerifyPlan
 from advisor.verify.server import (
-    VllmServer, http_get, log_tail, start_process, stop_group, terminate_on_signals, vllm_env,
+    VllmServer, group_members, http_get, log_tail, start_process, stop_group, terminate_on_signals, vllm_env,
 )
 
 Progress = Callable[[str], None]
@@ -65,7 +65,8 @@ def run_bench(argv: list[str], log_path: Path, env: dict[str, str], timeout_s: f
     except BaseException:
         stop_group(proc)
         raise
-    stop_group(proc)  # the bench's own helpers, if any outlived it
+    if group_members(proc.pid):  # helpers of the bench that outlived it
+        stop_group(proc)
     if proc.returncode != 0:
         raise VllmError(
             f"vllm bench serve exited with code {proc.returncode}; last lines of {log_path}:\n{log_tail(log_path)}"

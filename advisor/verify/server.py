@@ -252,6 +252,7 @@ class VllmServer:
         self.env = vllm_env(scratch_dir, self.tmp_dir, kv_cache_gib)
         self.proc: subprocess.Popen | None = None
         self.startup_s: float | None = None
+        self._stopped = False
 
     @property
     def url(self) -> str:
@@ -291,9 +292,10 @@ class VllmServer:
             time.sleep(0.5)
 
     def stop(self) -> None:
-        """Stop the whole process group (idempotent)."""
-        if self.proc is not None:
+        """Stop the whole process group (idempotent: a stopped group's id may be reused, so never signal twice)."""
+        if self.proc is not None and not self._stopped:
             stop_group(self.proc)
+            self._stopped = True
         if self._own_tmp_dir:
             shutil.rmtree(self.tmp_dir, ignore_errors=True)
 
