@@ -26,7 +26,6 @@ def render_checklist(report: dict, recommendation: Recommendation) -> str:
     lengths = report.get("lengths") or {}
     total = lengths.get("total") or {}
     output = lengths.get("output") or {}
-    arrivals = report.get("arrivals") or {}
     apc = report.get("apc") or {}
     overlap4 = ((report.get("overlap") or {}).get("prompt") or {}).get("4")
     predicted = recommendation.predicted

@@ -184,12 +184,11 @@ def emit_all(recommendation: Recommendation, report: dict, model: ModelSpec, max
     """All emitted forms of one recommendation, and the derived resource flags with their reasons."""
     config = recommendation.speculative_config
     validate_speculative_config(config)
-    predicted_peak = recommendation.predicted.get("batch", {}).get("peak")
     saturated = any(c.peak.saturated for c in recommendation.candidates if c.method is None)
-    peak_batch = max_peak_batch if report.get("arrivals") else None
+    peak_batch = max_peak_batch if report.get("arrivals") else None  # an assumed load sizes nothing
     k = int((config or {}).get("num_speculative_tokens") or 0)
-    flags = derive_flags(report, model, recommendation.gpu, any("GPU not given" in a for a in recommendation.assumptions),
-                         recommendation.tp, peak_batch if predicted_peak is not None else None, saturated, k)
+    flags = derive_flags(report, model, recommendation.gpu, not recommendation.gpu_given, recommendation.tp,
+                         peak_batch, saturated, k)
     name = recommendation.model
     apc = recommendation.enable_prefix_caching
     emitted = {

@@ -115,6 +115,7 @@ class Recommendation:
     model: str
     gpu: str
     tp: int
+    gpu_given: bool = True
     segments: list[dict] = field(default_factory=list)
     emitted: dict = field(default_factory=dict)
     derived: list[dict] = field(default_factory=list)
@@ -435,8 +436,6 @@ def _confidence(report: dict, chosen: Candidate | None, assumptions: list[str],
         lower("medium", "target model or GPU assumed")
     if chosen is not None and not chosen.from_replay:
         lower("low", "the recommended method's acceptance is a published prior, not measured on these logs")
-    if chosen is not None and not report.get("replay") and chosen.from_replay:
-        lower("medium", "replay results incomplete")
     if not reasons:
         reasons.append("replayed on enough requests with the target's tokenizer, greedy sampling and observed load")
     return level, reasons
@@ -462,7 +461,9 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
     """
     if not features:
         return []
-    columns = [name for name in SEGMENT_FEATURES if name in features]
+    # Features unknown for every request (NaN: no text, no prefix analysis) are left out, not the requests.
+    columns = [name for name in SEGMENT_FEATURES
+               if name in features and np.isfinite(np.asarray(features[name], dtype=float)).any()]
     if "input_len" not in columns or "output_len" not in columns:
         return []
     matrix = np.column_stack([np.asarray(features[name], dtype=float) for name in columns])
@@ -544,7 +545,7 @@ def decide(report: dict, features: dict[str, np.ndarray] | None, options: Engine
     base_peak = evaluate(cost, workload, workload.peak_rate, None, max_batch)
     baseline = (base_typical, base_peak)
     candidates = [
-        Candidate("no speculation", None, None, True, "cost model", True, base_typical, base_peak, 1.0, 1.0)
+        Candidate("no speculation", None, None, True, "cost model", False, base_typical, base_peak, 1.0, 1.0)
     ]
     groups = _replay_groups(report)
     for points in groups.values():
@@ -558,7 +559,7 @@ def decide(report: dict, features: dict[str, np.ndarray] | None, options: Engine
     apc_off_typical = evaluate(cost, workload, workload.typical_rate, None, max_batch, apc=False)
     apc_off_peak = evaluate(cost, workload, workload.peak_rate, None, max_batch, apc=False)
     candidates.append(
-        Candidate("no speculation, APC off", None, None, False, "cost model", True, apc_off_typical, apc_off_peak,
+        Candidate("no speculation, APC off", None, None, False, "cost model", False, apc_off_typical, apc_off_peak,
                   base_typical.tpot_ms / apc_off_typical.tpot_ms, base_peak.tpot_ms / apc_off_peak.tpot_ms)
     )
     candidates.sort(key=_rank_key)
@@ -592,6 +593,7 @@ def decide(report: dict, features: dict[str, np.ndarray] | None, options: Engine
         model=options.model or model.name,
         gpu=gpu.name,
         tp=options.tp,
+        gpu_given=gpu_given,
         segments=segment_requests(features),
     )
     emitted, derived = emit_all(recommendation, report, model, max_peak_batch=math.ceil(base_peak.batch))
