@@ -356,7 +356,7 @@ def _arrivals(timestamps: np.ndarray, latencies: np.ndarray, disabled: list[dict
         "concurrency": None,
         "detail": detail,
     }
-    if result["peak_rate_60s"] is None:
+    if result["peak_rate_60s"] is None and detail["duration_s"] >= 60:
         result["peak_rate_60s"] = _peak_window_rate(np.sort(timestamps[known]), 60.0)
     timed = known & ~np.isnan(latencies)
     if timed.any():

@@ -283,7 +283,7 @@ def main(output: Path) -> None:
         "chat_multiturn.jsonl": jsonl(chat_multiturn(random.Random(3), chats)),
         "chat_sharegpt.json": orjson.dumps(chat_sharegpt(chats), option=orjson.OPT_INDENT_2) + b"\n",
         "code_editing.jsonl": jsonl(code_editing(random.Random(4), 150, 1.0, functions=3)),
-        "copy_heavy_high_rate.jsonl": jsonl(code_editing(random.Random(5), 180, 50.0, functions=2)),
+        "copy_heavy_high_rate.jsonl": jsonl(code_editing(random.Random(5), 180, 300.0, functions=2)),
         "no_overlap.jsonl": jsonl(no_overlap(random.Random(6))),
         "otel_spans.jsonl": jsonl(otel_spans(random.Random(7), chats[:20])),
         "mooncake_trace.jsonl": jsonl(mooncake_trace(random.Random(8))),
