@@ -59,19 +59,25 @@ def test_verify_ngram_two_trials_record_agrees_with_raw_bench_files(vllm_python,
                           capture_output=True, text=True, timeout=1800)
     assert done.returncode in (0, 1), done.stderr[-4000:]  # 1 = refuted: a valid outcome on a CPU
     assert "verdict:" in done.stdout and "rule:" in done.stdout
+    check_run_folder(out, rows=6)
+    assert _processes_of_run(out) == []
 
+
+def check_run_folder(out: Path, rows: int) -> None:
+    """The record of a 2-trial ngram run is complete and agrees with the raw files next to it."""
     record = json.loads((out / "record.json").read_text())
     assert record["schema"] == "advise.verify/1"
     assert record["protocol"]["order"] == ["trial1-baseline", "trial1-candidate", "trial2-baseline", "trial2-candidate"]
     assert record["protocol"]["fresh_server_per_run"] is True
-    assert record["dataset"]["rows"] == 6 and record["dataset"]["bos_stripped"]
+    assert record["dataset"]["rows"] == rows
+    assert not record["dataset"]["bos_stripped"]  # the tiny tokenizer adds no BOS to completions prompts
     assert [(r["trial"], r["arm"]) for r in record["runs"]] == [(1, "baseline"), (1, "candidate"), (2, "baseline"), (2, "candidate")]
 
     tpots: dict[str, list[float]] = {"baseline": [], "candidate": []}
     for run in record["runs"]:
         raw = json.loads((out / run["result_file"]).read_text())
         assert run["bench"] == {key: raw[key] for key in run["bench"]}  # copied, not recomputed
-        assert raw["completed"] == 6 and raw["failed"] == 0
+        assert raw["completed"] == rows and raw["failed"] == 0
         assert raw["total_output_tokens"] == record["dataset"]["output_tokens"]  # --ignore-eos, logged lengths
         assert raw["output_lens"] == [json.loads(line)["output_tokens"]
                                       for line in (out / "dataset.jsonl").read_text().splitlines()]
@@ -101,7 +107,6 @@ def test_verify_ngram_two_trials_record_agrees_with_raw_bench_files(vllm_python,
     history = (out.parent / "history.jsonl").read_text().splitlines()
     assert len(history) == 1 and json.loads(history[0]) == record
     assert (out / "summary.md").read_text().startswith(f"# advise verify: {verdict['verdict'].upper()}")
-    assert _processes_of_run(out) == []
 
 
 def test_ctrl_c_during_the_bench_leaves_no_vllm_process(vllm_python, tiny_model, tmp_path):
