@@ -8,7 +8,10 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
 dev_python="${ADVISOR_DEV_PYTHON:-}"
 if [[ -z "$dev_python" ]]; then
-    if [[ -x /work/venv/bin/python ]]; then dev_python=/work/venv/bin/python; else dev_python="$(command -v python3)"; fi
+    # The venv the README's test command made (.ci/run runs it first), else a developer's.
+    if [[ -x "$repo/.venv/bin/python" ]]; then dev_python="$repo/.venv/bin/python"
+    elif [[ -x /work/venv/bin/python ]]; then dev_python=/work/venv/bin/python
+    else dev_python="$(command -v python3)"; fi
 fi
 
 t0=$SECONDS
