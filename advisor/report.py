@@ -148,9 +148,19 @@ def render_terminal(report: dict[str, Any], style: bool = False) -> str:
             )
     sweep = report.get("replay_sweep") or []
     if sweep:
-        out.line("  sweep (tokens per target step):")
+        rows: dict[str, dict[int, float | None]] = {}
         for rep in sweep:
-            out.line(f"    {rep['method']:<7} {orjson.dumps(rep['config']).decode()}: {_fmt(rep['tokens_per_step'], digits=2)}")
+            config = rep["config"]
+            if rep["method"] == "suffix":
+                name = "suffix (vLLM defaults)"
+            else:
+                name = f"{rep['method']} window {config.get('prompt_lookup_min')}-{config.get('prompt_lookup_max')}"
+            rows.setdefault(name, {})[config["num_speculative_tokens"]] = rep["tokens_per_step"]
+        ks = sorted({k for row in rows.values() for k in row})
+        out.line("  sweep, tokens per target step by num_speculative_tokens:")
+        out.line("    " + " " * 24 + "".join(f"{'k=' + str(k):>7}" for k in ks))
+        for name, row in rows.items():
+            out.line(f"    {name:<24}" + "".join(f"{_fmt(row.get(k), digits=2):>7}" for k in ks))
 
     rec = report.get("recommendation")
     if rec:
