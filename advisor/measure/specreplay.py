@@ -24,6 +24,9 @@ from advisor.measure import ngram, suffix
 from advisor.measure.stats import json_float
 
 DEFAULT_MAX_REQUESTS = 20000
+# Suffix speculation runs at ~0.1-0.3 M tokens/s (like arctic-inference's own C++ tree, docs/replay.md):
+# speculate for a sample, feed every output to the global tree.
+SUFFIX_MAX_REQUESTS = 2000
 BOOTSTRAP_RESAMPLES = 400
 SWEEP_KS = tuple(range(1, 9))
 SWEEP_WINDOWS = ((1, 3), (2, 4), (3, 5), (5, 5))
@@ -185,14 +188,17 @@ def replay_config(
     max_model_len: int | None = None,
     max_requests: int | None = DEFAULT_MAX_REQUESTS,
     seed: int = 0,
+    suffix_max_requests: int | None = SUFFIX_MAX_REQUESTS,
 ) -> SpecReplay:
     """Replays exactly this `--speculative-config` over `requests` (in arrival order).
 
     ngram requests are independent; suffix replays requests one after another (its global tree holds
     earlier outputs), so a sampled suffix replay still feeds every request's output to the global tree.
+    At most `max_requests` (suffix: `suffix_max_requests`) requests are replayed, a seeded sample.
     """
     config = normalize_config(spec_config)
-    chosen = sample_indices(len(requests), max_requests, seed)
+    limit = _smaller(max_requests, suffix_max_requests) if config["method"] == "suffix" else max_requests
+    chosen = sample_indices(len(requests), limit, seed)
     k = config["num_speculative_tokens"]
     if config["method"] == "suffix":
         all_counters, all_per_pos = _suffix_counters(config, [k], requests, max_model_len, chosen)
@@ -213,8 +219,9 @@ def sweep(
     max_model_len: int | None = None,
     max_requests: int | None = DEFAULT_MAX_REQUESTS,
     seed: int = 0,
+    suffix_max_requests: int | None = SUFFIX_MAX_REQUESTS,
 ) -> ReplaySweep:
-    """ngram for every window x k (one replay pass) and suffix (vLLM defaults) for every k."""
+    """ngram for every window x k (one replay pass) and suffix (vLLM defaults) for every k (one pass)."""
     ks = tuple(ks)
     windows = tuple(windows)
     chosen = sample_indices(len(requests), max_requests, seed)
@@ -229,7 +236,8 @@ def sweep(
             replays.append(summarize(config, counters[:, w, ki], per_pos[w, ki, :k], len(requests), seed))
     if include_suffix:
         base = normalize_config({"method": "suffix"})
-        counters, per_pos = _suffix_counters(base, ks, requests, max_model_len, chosen)
+        suffix_chosen = sample_indices(len(requests), _smaller(max_requests, suffix_max_requests), seed)
+        counters, per_pos = _suffix_counters(base, ks, requests, max_model_len, suffix_chosen)
         for ki, k in enumerate(ks):
             config = {**base, "num_speculative_tokens": k}
             replays.append(summarize(config, counters[:, ki], per_pos[ki, :k], len(requests), seed))
@@ -252,6 +260,11 @@ def _suffix_counters(
         speculate_for=chosen,
     )
     return counters[chosen], per_pos
+
+
+def _smaller(first: int | None, second: int | None) -> int | None:
+    """The smaller of two limits, None meaning no limit."""
+    return second if first is None else first if second is None else min(first, second)
 
 
 def sample_indices(count: int, max_requests: int | None, seed: int) -> np.ndarray:

@@ -1,16 +1,16 @@
 """Compiled (numba) port of arctic-inference 0.1.1's suffix tree and of the replay loop that drives it.
 
 Line-for-line the same operations as `advisor.measure.suffix` (itself a literal port of
-csrc/suffix_decoding/suffix_tree.cc), with nodes and count groups stored in int64 arrays (field x id, -1 for
-null), children in one typed dict keyed by (parent << 32) | token, free lists for removed nodes and groups,
+csrc/suffix_decoding/suffix_tree.cc), with nodes and count groups stored in int64 arrays (one row per id, so a node's fields share
+cache lines; -1 for null), children in one open-addressing hash table keyed by (parent << 32) | token (linear probing,
+backward-shift deletion; faster than numba's typed dict), free lists for removed nodes and groups,
 and sequences read from the caller's token array. tests/test_suffix.py checks it against the Python port,
 which tests/test_replay_vllm.py checks against the real extension.
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.typed import Dict
+from numba import njit
 
 from advisor.measure.ngram import ACCEPTED, DECODE_STEPS, DRAFT_TOKENS, DRAFTS, OUTPUT_TOKENS, TAIL_AT, TAIL_LEN
 
@@ -19,34 +19,100 @@ NODE_FIELDS = 12
 G_HEAD, G_NEXT, G_PREV, G_REFS = range(4)
 # meta: node high-water mark, free-node stack size, group high-water mark, free-group stack size,
 # active sequence, start and size of the active-node ring.
-M_NODES, M_NFREE, M_GROUPS, M_GFREE, M_SEQ, M_ASTART, M_ASIZE = range(7)
+M_NODES, M_NFREE, M_GROUPS, M_GFREE, M_SEQ, M_ASTART, M_ASIZE, M_ENTRIES = range(8)
 KEY_SHIFT = 32
 
 
+_MIX = np.uint64(0xFF51AFD7ED558CCD)  # MurmurHash3's 64-bit finalizer constant
+_SHIFT = np.uint64(33)
+
+
 @njit(cache=True)
-def _lookup(children, key):
-    """children[key], or -1 (typed dicts' get() returns an optional)."""
-    if key in children:
-        return children[key]
+def _slot(key, mask):
+    """Home slot of a key: every key bit must reach the low bits (parent and token both vary)."""
+    x = np.uint64(key)
+    x = (x ^ (x >> _SHIFT)) * _MIX
+    x = x ^ (x >> _SHIFT)
+    return np.int64(x & np.uint64(mask))
+
+
+@njit(cache=True)
+def _lookup(table, key):
+    """The child stored under `key`, or -1."""
+    mask = table.shape[0] - 1
+    i = _slot(key, mask)
+    while table[i, 0] != -1:
+        if table[i, 0] == key:
+            return table[i, 1]
+        i = (i + 1) & mask
     return -1
 
 
 @njit(cache=True)
+def _put(tree, key, value):
+    table, meta = tree[3], tree[2]
+    mask = table.shape[0] - 1
+    i = _slot(key, mask)
+    while table[i, 0] != -1:
+        if table[i, 0] == key:
+            table[i, 1] = value
+            return
+        i = (i + 1) & mask
+    table[i, 0] = key
+    table[i, 1] = value
+    meta[M_ENTRIES] += 1
+
+
+@njit(cache=True)
+def _pop(tree, key):
+    """Delete `key` if present, shifting later entries of its probe run back (no tombstones)."""
+    table, meta = tree[3], tree[2]
+    mask = table.shape[0] - 1
+    i = _slot(key, mask)
+    while table[i, 0] != key:
+        if table[i, 0] == -1:
+            return
+        i = (i + 1) & mask
+    table[i, 0] = -1
+    meta[M_ENTRIES] -= 1
+    j = i
+    while True:
+        j = (j + 1) & mask
+        if table[j, 0] == -1:
+            return
+        home = _slot(table[j, 0], mask)
+        # Move the entry at j into the hole at i unless its home lies cyclically in (i, j].
+        if (i <= j and (home <= i or home > j)) or (i > j and home <= i and home > j):
+            table[i, 0] = table[j, 0]
+            table[i, 1] = table[j, 1]
+            table[j, 0] = -1
+            i = j
+
+
+@njit(cache=True)
+def _new_table(entries):
+    size = 16
+    while size < 2 * entries:
+        size *= 2
+    return np.full((size, 2), -1, np.int64)
+
+
+@njit(cache=True)
 def _make_tree(node_capacity, num_seqs, max_depth):
-    nodes = np.full((NODE_FIELDS, node_capacity), -1, np.int64)
-    groups = np.full((4, 2 * node_capacity), -1, np.int64)
+    nodes = np.full((node_capacity, NODE_FIELDS), -1, np.int64)
+    groups = np.full((2 * node_capacity, 4), -1, np.int64)
     meta = np.zeros(8, np.int64)
     meta[M_SEQ] = -1
-    children = Dict.empty(key_type=types.int64, value_type=types.int64)
+    children = _new_table(node_capacity)
     free_nodes = np.empty(node_capacity, np.int64)
     free_groups = np.empty(2 * node_capacity, np.int64)
     seq_base = np.zeros(num_seqs, np.int64)
     seq_len = np.zeros(num_seqs, np.int64)
     active = np.empty(max_depth, np.int64)
-    nodes[COUNT, 0] = 0  # the root: id 0, length 0
-    nodes[LENGTH, 0] = 0
-    nodes[NCHILD, 0] = 0
-    nodes[REF_SEQ, 0] = 0
+    nodes[0, COUNT] = 0  # the root: id 0, length 0
+    nodes[0, LENGTH] = 0
+    nodes[0, NCHILD] = 0
+    nodes[0, REF_SEQ] = 0
     meta[M_NODES] = 1
     return (nodes, groups, meta, children, free_nodes, free_groups, seq_base, seq_len, active)
 
@@ -55,16 +121,29 @@ def _make_tree(node_capacity, num_seqs, max_depth):
 def _reserve(tree, room):
     """The tree with space for `room` more nodes and 2 * room more groups (arrays doubled when short)."""
     nodes, groups, meta, children, free_nodes, free_groups, seq_base, seq_len, active = tree
-    if meta[M_NODES] + room <= nodes.shape[1] and meta[M_GROUPS] + 2 * room <= groups.shape[1]:
+    if 2 * (meta[M_ENTRIES] + room) > children.shape[0]:
+        table = _new_table(2 * (meta[M_ENTRIES] + room))
+        mask = table.shape[0] - 1
+        for i in range(children.shape[0]):
+            key = children[i, 0]
+            if key != -1:
+                j = _slot(key, mask)
+                while table[j, 0] != -1:
+                    j = (j + 1) & mask
+                table[j, 0] = key
+                table[j, 1] = children[i, 1]
+        children = table
+        tree = (nodes, groups, meta, children, free_nodes, free_groups, seq_base, seq_len, active)
+    if meta[M_NODES] + room <= nodes.shape[0] and meta[M_GROUPS] + 2 * room <= groups.shape[0]:
         return tree
-    size = max(2 * nodes.shape[1], meta[M_NODES] + room + 16)
-    new_nodes = np.full((NODE_FIELDS, size), -1, np.int64)
-    new_nodes[:, : nodes.shape[1]] = nodes
+    size = max(2 * nodes.shape[0], meta[M_NODES] + room + 16)
+    new_nodes = np.full((size, NODE_FIELDS), -1, np.int64)
+    new_nodes[: nodes.shape[0]] = nodes
     new_free = np.empty(size, np.int64)
     new_free[: free_nodes.shape[0]] = free_nodes
-    gsize = max(2 * groups.shape[1], meta[M_GROUPS] + 2 * room + 16)
-    new_groups = np.full((4, gsize), -1, np.int64)
-    new_groups[:, : groups.shape[1]] = groups
+    gsize = max(2 * groups.shape[0], meta[M_GROUPS] + 2 * room + 16)
+    new_groups = np.full((gsize, 4), -1, np.int64)
+    new_groups[: groups.shape[0]] = groups
     new_gfree = np.empty(gsize, np.int64)
     new_gfree[: free_groups.shape[0]] = free_groups
     return (new_nodes, new_groups, meta, children, new_free, new_gfree, seq_base, seq_len, active)
@@ -79,13 +158,13 @@ def _new_node(tree, count, token, length, ref_seq, ref_idx):
     else:
         node = meta[M_NODES]
         meta[M_NODES] += 1
-    nodes[:, node] = -1
-    nodes[COUNT, node] = count
-    nodes[TOKEN, node] = token
-    nodes[LENGTH, node] = length
-    nodes[REF_SEQ, node] = ref_seq
-    nodes[REF_IDX, node] = ref_idx
-    nodes[NCHILD, node] = 0
+    nodes[node, :] = -1
+    nodes[node, COUNT] = count
+    nodes[node, TOKEN] = token
+    nodes[node, LENGTH] = length
+    nodes[node, REF_SEQ] = ref_seq
+    nodes[node, REF_IDX] = ref_idx
+    nodes[node, NCHILD] = 0
     return node
 
 
@@ -98,10 +177,10 @@ def _new_group(tree, head):
     else:
         group = meta[M_GROUPS]
         meta[M_GROUPS] += 1
-    groups[G_HEAD, group] = head
-    groups[G_NEXT, group] = -1
-    groups[G_PREV, group] = -1
-    groups[G_REFS, group] = 0
+    groups[group, G_HEAD] = head
+    groups[group, G_NEXT] = -1
+    groups[group, G_PREV] = -1
+    groups[group, G_REFS] = 0
     return group
 
 
@@ -109,15 +188,15 @@ def _new_group(tree, head):
 def _set_group(tree, node, group):
     """node.group = group with shared_ptr semantics: a group no node points to any more is freed."""
     nodes, groups, meta, children, free_nodes, free_groups, seq_base, seq_len, active = tree
-    old = nodes[GROUP, node]
+    old = nodes[node, GROUP]
     if old == group:
         return
     if group >= 0:
-        groups[G_REFS, group] += 1
-    nodes[GROUP, node] = group
+        groups[group, G_REFS] += 1
+    nodes[node, GROUP] = group
     if old >= 0:
-        groups[G_REFS, old] -= 1
-        if groups[G_REFS, old] == 0:
+        groups[old, G_REFS] -= 1
+        if groups[old, G_REFS] == 0:
             free_groups[meta[M_GFREE]] = old
             meta[M_GFREE] += 1
 
@@ -125,111 +204,111 @@ def _set_group(tree, node, group):
 @njit(cache=True)
 def _remove_from_siblings(tree, node):
     nodes, groups = tree[0], tree[1]
-    group = nodes[GROUP, node]
-    nxt, prv, parent = nodes[NEXT, node], nodes[PREV, node], nodes[PARENT, node]
-    if groups[G_HEAD, group] == node:
-        if nxt >= 0 and nodes[COUNT, nxt] == nodes[COUNT, node]:
-            groups[G_HEAD, group] = nxt
+    group = nodes[node, GROUP]
+    nxt, prv, parent = nodes[node, NEXT], nodes[node, PREV], nodes[node, PARENT]
+    if groups[group, G_HEAD] == node:
+        if nxt >= 0 and nodes[nxt, COUNT] == nodes[node, COUNT]:
+            groups[group, G_HEAD] = nxt
             _set_group(tree, node, -1)
         else:
-            if groups[G_PREV, group] >= 0:
-                groups[G_NEXT, groups[G_PREV, group]] = groups[G_NEXT, group]
-            if groups[G_NEXT, group] >= 0:
-                groups[G_PREV, groups[G_NEXT, group]] = groups[G_PREV, group]
-            groups[G_PREV, group] = -1
-            groups[G_NEXT, group] = -1
+            if groups[group, G_PREV] >= 0:
+                groups[groups[group, G_PREV], G_NEXT] = groups[group, G_NEXT]
+            if groups[group, G_NEXT] >= 0:
+                groups[groups[group, G_NEXT], G_PREV] = groups[group, G_PREV]
+            groups[group, G_PREV] = -1
+            groups[group, G_NEXT] = -1
     else:
         _set_group(tree, node, -1)
     if nxt >= 0:
-        nodes[PREV, nxt] = prv
+        nodes[nxt, PREV] = prv
     else:
-        nodes[TAIL, parent] = prv
+        nodes[parent, TAIL] = prv
     if prv >= 0:
-        nodes[NEXT, prv] = nxt
+        nodes[prv, NEXT] = nxt
     else:
-        nodes[HEAD, parent] = nxt
-    nodes[PREV, node] = -1
-    nodes[NEXT, node] = -1
+        nodes[parent, HEAD] = nxt
+    nodes[node, PREV] = -1
+    nodes[node, NEXT] = -1
 
 
 @njit(cache=True)
 def _insert_before(tree, node, other):
     nodes, groups = tree[0], tree[1]
-    parent = nodes[PARENT, node]
-    if nodes[PREV, other] >= 0:
-        nodes[NEXT, nodes[PREV, other]] = node
+    parent = nodes[node, PARENT]
+    if nodes[other, PREV] >= 0:
+        nodes[nodes[other, PREV], NEXT] = node
     else:
-        nodes[HEAD, parent] = node
-    nodes[NEXT, node] = other
-    nodes[PREV, node] = nodes[PREV, other]
-    nodes[PREV, other] = node
-    prv = nodes[PREV, node]
-    if prv >= 0 and nodes[COUNT, node] == nodes[COUNT, prv]:
-        _set_group(tree, node, nodes[GROUP, prv])
-    elif nodes[COUNT, node] == nodes[COUNT, other]:
-        _set_group(tree, node, nodes[GROUP, other])
-        groups[G_HEAD, nodes[GROUP, node]] = node
+        nodes[parent, HEAD] = node
+    nodes[node, NEXT] = other
+    nodes[node, PREV] = nodes[other, PREV]
+    nodes[other, PREV] = node
+    prv = nodes[node, PREV]
+    if prv >= 0 and nodes[node, COUNT] == nodes[prv, COUNT]:
+        _set_group(tree, node, nodes[prv, GROUP])
+    elif nodes[node, COUNT] == nodes[other, COUNT]:
+        _set_group(tree, node, nodes[other, GROUP])
+        groups[nodes[node, GROUP], G_HEAD] = node
     else:
-        group = nodes[GROUP, node]
+        group = nodes[node, GROUP]
         if group < 0:
             group = _new_group(tree, node)
             _set_group(tree, node, group)
         if prv >= 0:
-            groups[G_PREV, group] = nodes[GROUP, prv]
-            groups[G_NEXT, groups[G_PREV, group]] = group
-        groups[G_NEXT, group] = nodes[GROUP, other]
-        groups[G_PREV, groups[G_NEXT, group]] = group
+            groups[group, G_PREV] = nodes[prv, GROUP]
+            groups[groups[group, G_PREV], G_NEXT] = group
+        groups[group, G_NEXT] = nodes[other, GROUP]
+        groups[groups[group, G_NEXT], G_PREV] = group
 
 
 @njit(cache=True)
 def _insert_after(tree, node, other):
     nodes, groups = tree[0], tree[1]
-    parent = nodes[PARENT, node]
-    if nodes[NEXT, other] >= 0:
-        nodes[PREV, nodes[NEXT, other]] = node
+    parent = nodes[node, PARENT]
+    if nodes[other, NEXT] >= 0:
+        nodes[nodes[other, NEXT], PREV] = node
     else:
-        nodes[TAIL, parent] = node
-    nodes[PREV, node] = other
-    nodes[NEXT, node] = nodes[NEXT, other]
-    nodes[NEXT, other] = node
-    nxt = nodes[NEXT, node]
-    if nxt >= 0 and nodes[COUNT, node] == nodes[COUNT, nxt]:
-        _set_group(tree, node, nodes[GROUP, nxt])
-        if groups[G_HEAD, nodes[GROUP, node]] == nxt:
-            groups[G_HEAD, nodes[GROUP, node]] = node
-    elif nodes[COUNT, node] == nodes[COUNT, other]:
-        _set_group(tree, node, nodes[GROUP, other])
+        nodes[parent, TAIL] = node
+    nodes[node, PREV] = other
+    nodes[node, NEXT] = nodes[other, NEXT]
+    nodes[other, NEXT] = node
+    nxt = nodes[node, NEXT]
+    if nxt >= 0 and nodes[node, COUNT] == nodes[nxt, COUNT]:
+        _set_group(tree, node, nodes[nxt, GROUP])
+        if groups[nodes[node, GROUP], G_HEAD] == nxt:
+            groups[nodes[node, GROUP], G_HEAD] = node
+    elif nodes[node, COUNT] == nodes[other, COUNT]:
+        _set_group(tree, node, nodes[other, GROUP])
     else:
-        group = nodes[GROUP, node]
+        group = nodes[node, GROUP]
         if group < 0:
             group = _new_group(tree, node)
             _set_group(tree, node, group)
         if nxt >= 0:
-            groups[G_NEXT, group] = nodes[GROUP, nxt]
-            groups[G_PREV, groups[G_NEXT, group]] = group
-        groups[G_PREV, group] = nodes[GROUP, other]
-        groups[G_NEXT, groups[G_PREV, group]] = group
+            groups[group, G_NEXT] = nodes[nxt, GROUP]
+            groups[groups[group, G_NEXT], G_PREV] = group
+        groups[group, G_PREV] = nodes[other, GROUP]
+        groups[groups[group, G_PREV], G_NEXT] = group
 
 
 @njit(cache=True)
 def _replace_in_siblings(tree, old, new):
     nodes, groups = tree[0], tree[1]
-    parent = nodes[PARENT, old]
-    if nodes[NEXT, old] >= 0:
-        nodes[PREV, nodes[NEXT, old]] = new
+    parent = nodes[old, PARENT]
+    if nodes[old, NEXT] >= 0:
+        nodes[nodes[old, NEXT], PREV] = new
     else:
-        nodes[TAIL, parent] = new
-    if nodes[PREV, old] >= 0:
-        nodes[NEXT, nodes[PREV, old]] = new
+        nodes[parent, TAIL] = new
+    if nodes[old, PREV] >= 0:
+        nodes[nodes[old, PREV], NEXT] = new
     else:
-        nodes[HEAD, parent] = new
-    nodes[PREV, new] = nodes[PREV, old]
-    nodes[NEXT, new] = nodes[NEXT, old]
-    nodes[PREV, old] = -1
-    nodes[NEXT, old] = -1
-    group = nodes[GROUP, old]
-    if groups[G_HEAD, group] == old:
-        groups[G_HEAD, group] = new
+        nodes[parent, HEAD] = new
+    nodes[new, PREV] = nodes[old, PREV]
+    nodes[new, NEXT] = nodes[old, NEXT]
+    nodes[old, PREV] = -1
+    nodes[old, NEXT] = -1
+    group = nodes[old, GROUP]
+    if groups[group, G_HEAD] == old:
+        groups[group, G_HEAD] = new
     _set_group(tree, new, group)
     _set_group(tree, old, -1)
 
@@ -237,68 +316,68 @@ def _replace_in_siblings(tree, old, new):
 @njit(cache=True)
 def _increment(tree, node):
     nodes, groups = tree[0], tree[1]
-    if nodes[PARENT, node] < 0:
-        nodes[COUNT, node] += 1
+    if nodes[node, PARENT] < 0:
+        nodes[node, COUNT] += 1
         return
-    prv, nxt, count = nodes[PREV, node], nodes[NEXT, node], nodes[COUNT, node]
-    if prv < 0 or nodes[COUNT, prv] > count + 1:
-        if nxt < 0 or nodes[COUNT, nxt] < count:
-            nodes[COUNT, node] += 1
+    prv, nxt, count = nodes[node, PREV], nodes[node, NEXT], nodes[node, COUNT]
+    if prv < 0 or nodes[prv, COUNT] > count + 1:
+        if nxt < 0 or nodes[nxt, COUNT] < count:
+            nodes[node, COUNT] += 1
         else:
-            orig = nodes[GROUP, node]
-            groups[G_HEAD, orig] = nxt
+            orig = nodes[node, GROUP]
+            groups[orig, G_HEAD] = nxt
             new = _new_group(tree, node)
-            groups[G_NEXT, new] = orig
-            if groups[G_PREV, orig] >= 0:
-                groups[G_PREV, new] = groups[G_PREV, orig]
-                groups[G_NEXT, groups[G_PREV, new]] = new
-            groups[G_PREV, orig] = new
+            groups[new, G_NEXT] = orig
+            if groups[orig, G_PREV] >= 0:
+                groups[new, G_PREV] = groups[orig, G_PREV]
+                groups[groups[new, G_PREV], G_NEXT] = new
+            groups[orig, G_PREV] = new
             _set_group(tree, node, new)
-            nodes[COUNT, node] += 1
+            nodes[node, COUNT] += 1
     else:
-        other = groups[G_HEAD, nodes[GROUP, prv]]
+        other = groups[nodes[prv, GROUP], G_HEAD]
         _remove_from_siblings(tree, node)
-        nodes[COUNT, node] += 1
+        nodes[node, COUNT] += 1
         _insert_before(tree, node, other)
 
 
 @njit(cache=True)
 def _decrement(tree, node):
     nodes, groups = tree[0], tree[1]
-    if nodes[PARENT, node] < 0:
-        nodes[COUNT, node] -= 1
+    if nodes[node, PARENT] < 0:
+        nodes[node, COUNT] -= 1
         return
-    prv, nxt, count = nodes[PREV, node], nodes[NEXT, node], nodes[COUNT, node]
-    if nxt < 0 or nodes[COUNT, nxt] < count - 1:
-        if prv < 0 or nodes[COUNT, prv] > count:
-            nodes[COUNT, node] -= 1
+    prv, nxt, count = nodes[node, PREV], nodes[node, NEXT], nodes[node, COUNT]
+    if nxt < 0 or nodes[nxt, COUNT] < count - 1:
+        if prv < 0 or nodes[prv, COUNT] > count:
+            nodes[node, COUNT] -= 1
         else:
-            orig = nodes[GROUP, node]
+            orig = nodes[node, GROUP]
             new = _new_group(tree, node)
-            groups[G_PREV, new] = orig
-            if groups[G_NEXT, orig] >= 0:
-                groups[G_NEXT, new] = groups[G_NEXT, orig]
-                groups[G_PREV, groups[G_NEXT, new]] = new
-            groups[G_NEXT, orig] = new
+            groups[new, G_PREV] = orig
+            if groups[orig, G_NEXT] >= 0:
+                groups[new, G_NEXT] = groups[orig, G_NEXT]
+                groups[groups[new, G_NEXT], G_PREV] = new
+            groups[orig, G_NEXT] = new
             _set_group(tree, node, new)
-            nodes[COUNT, node] -= 1
-    elif nodes[COUNT, nxt] == count - 1:
-        groups[G_HEAD, nodes[GROUP, nxt]] = node
-        group = nodes[GROUP, node]
-        if groups[G_HEAD, group] == node:
-            if groups[G_PREV, group] >= 0:
-                groups[G_NEXT, groups[G_PREV, group]] = groups[G_NEXT, group]
-            groups[G_PREV, groups[G_NEXT, group]] = groups[G_PREV, group]
-        _set_group(tree, node, nodes[GROUP, nxt])
-        nodes[COUNT, node] -= 1
+            nodes[node, COUNT] -= 1
+    elif nodes[nxt, COUNT] == count - 1:
+        groups[nodes[nxt, GROUP], G_HEAD] = node
+        group = nodes[node, GROUP]
+        if groups[group, G_HEAD] == node:
+            if groups[group, G_PREV] >= 0:
+                groups[groups[group, G_PREV], G_NEXT] = groups[group, G_NEXT]
+            groups[groups[group, G_NEXT], G_PREV] = groups[group, G_PREV]
+        _set_group(tree, node, nodes[nxt, GROUP])
+        nodes[node, COUNT] -= 1
     else:
-        other_group = groups[G_NEXT, nodes[GROUP, node]]
+        other_group = groups[nodes[node, GROUP], G_NEXT]
         _remove_from_siblings(tree, node)
-        nodes[COUNT, node] -= 1
+        nodes[node, COUNT] -= 1
         if other_group < 0:
-            _insert_after(tree, node, nodes[TAIL, nodes[PARENT, node]])
+            _insert_after(tree, node, nodes[nodes[node, PARENT], TAIL])
         else:
-            _insert_before(tree, node, groups[G_HEAD, other_group])
+            _insert_before(tree, node, groups[other_group, G_HEAD])
 
 
 @njit(cache=True)
@@ -313,11 +392,11 @@ def _free_subtree(tree, root):
     stack = [root]
     while len(stack) > 0:
         node = stack.pop()
-        child = nodes[HEAD, node]
+        child = nodes[node, HEAD]
         while child >= 0:
-            children.pop((node << KEY_SHIFT) | nodes[TOKEN, child], -1)
+            _pop(tree, (node << KEY_SHIFT) | nodes[child, TOKEN])
             stack.append(child)
-            child = nodes[NEXT, child]
+            child = nodes[child, NEXT]
         _set_group(tree, node, -1)
         free_nodes[meta[M_NFREE]] = node
         meta[M_NFREE] += 1
@@ -337,7 +416,7 @@ def _append(tree, tokens, seq_id, token, max_depth):
     else:
         meta[M_ASIZE] += 1
     active[pos] = 0
-    nodes[COUNT, 0] += 1
+    nodes[0, COUNT] += 1
     seq_len[seq_id] += 1
     length = seq_len[seq_id]
     for a in range(meta[M_ASIZE]):
@@ -345,61 +424,61 @@ def _append(tree, tokens, seq_id, token, max_depth):
         node = active[slot]
         child = _lookup(children, (node << KEY_SHIFT) | token)
         if child < 0:
-            if nodes[COUNT, node] == 1 and node != 0:
-                nodes[LENGTH, node] += 1
+            if nodes[node, COUNT] == 1 and node != 0:
+                nodes[node, LENGTH] += 1
             else:
                 new_child = _new_node(tree, 1, token, 1, seq_id, length - 1)
-                nodes[PARENT, new_child] = node
-                children[(node << KEY_SHIFT) | token] = new_child
-                nodes[NCHILD, node] += 1
-                if nodes[NCHILD, node] == 1:
-                    nodes[HEAD, node] = new_child
-                    nodes[TAIL, node] = new_child
+                nodes[new_child, PARENT] = node
+                _put(tree, (node << KEY_SHIFT) | token, new_child)
+                nodes[node, NCHILD] += 1
+                if nodes[node, NCHILD] == 1:
+                    nodes[node, HEAD] = new_child
+                    nodes[node, TAIL] = new_child
                     _set_group(tree, new_child, _new_group(tree, new_child))
                 else:
-                    _insert_after(tree, new_child, nodes[TAIL, node])
+                    _insert_after(tree, new_child, nodes[node, TAIL])
                 active[slot] = new_child
-        elif nodes[COUNT, node] == nodes[COUNT, child] + 1 and node != 0:
-            if nodes[LENGTH, child] == 1:
-                parent = nodes[PARENT, node]
-                nodes[COUNT, child] += 1
-                nodes[TOKEN, child] = nodes[TOKEN, node]
-                nodes[LENGTH, child] = nodes[LENGTH, node] + 1
-                nodes[REF_SEQ, child] = seq_id
-                nodes[REF_IDX, child] = length - nodes[LENGTH, child]
-                nodes[PARENT, child] = parent
+        elif nodes[node, COUNT] == nodes[child, COUNT] + 1 and node != 0:
+            if nodes[child, LENGTH] == 1:
+                parent = nodes[node, PARENT]
+                nodes[child, COUNT] += 1
+                nodes[child, TOKEN] = nodes[node, TOKEN]
+                nodes[child, LENGTH] = nodes[node, LENGTH] + 1
+                nodes[child, REF_SEQ] = seq_id
+                nodes[child, REF_IDX] = length - nodes[child, LENGTH]
+                nodes[child, PARENT] = parent
                 _replace_in_siblings(tree, node, child)
-                children[(parent << KEY_SHIFT) | nodes[TOKEN, child]] = child
-                children.pop((node << KEY_SHIFT) | token, -1)
+                _put(tree, (parent << KEY_SHIFT) | nodes[child, TOKEN], child)
+                _pop(tree, (node << KEY_SHIFT) | token)
                 free_nodes[meta[M_NFREE]] = node
                 meta[M_NFREE] += 1
                 active[slot] = child
             else:
-                nodes[LENGTH, node] += 1
-                nodes[REF_SEQ, node] = seq_id
-                nodes[REF_IDX, node] = length - nodes[LENGTH, node]
-                nodes[LENGTH, child] -= 1
-                nodes[REF_IDX, child] += 1
-                nodes[TOKEN, child] = _token_at(tree, tokens, nodes[REF_SEQ, child], nodes[REF_IDX, child])
-                if nodes[TOKEN, child] != token:
-                    children.pop((node << KEY_SHIFT) | token, -1)
-                    children[(node << KEY_SHIFT) | nodes[TOKEN, child]] = child
-        elif nodes[LENGTH, child] == 1:
+                nodes[node, LENGTH] += 1
+                nodes[node, REF_SEQ] = seq_id
+                nodes[node, REF_IDX] = length - nodes[node, LENGTH]
+                nodes[child, LENGTH] -= 1
+                nodes[child, REF_IDX] += 1
+                nodes[child, TOKEN] = _token_at(tree, tokens, nodes[child, REF_SEQ], nodes[child, REF_IDX])
+                if nodes[child, TOKEN] != token:
+                    _pop(tree, (node << KEY_SHIFT) | token)
+                    _put(tree, (node << KEY_SHIFT) | nodes[child, TOKEN], child)
+        elif nodes[child, LENGTH] == 1:
             _increment(tree, child)
             active[slot] = child
         else:
-            new_node = _new_node(tree, nodes[COUNT, child], token, 1, seq_id, length - 1)
-            nodes[PARENT, new_node] = node
+            new_node = _new_node(tree, nodes[child, COUNT], token, 1, seq_id, length - 1)
+            nodes[new_node, PARENT] = node
             _replace_in_siblings(tree, child, new_node)
-            children[(node << KEY_SHIFT) | token] = new_node
-            nodes[LENGTH, child] -= 1
-            nodes[REF_IDX, child] += 1
-            nodes[TOKEN, child] = _token_at(tree, tokens, nodes[REF_SEQ, child], nodes[REF_IDX, child])
-            children[(new_node << KEY_SHIFT) | nodes[TOKEN, child]] = child
-            nodes[NCHILD, new_node] = 1
-            nodes[PARENT, child] = new_node
-            nodes[HEAD, new_node] = child
-            nodes[TAIL, new_node] = child
+            _put(tree, (node << KEY_SHIFT) | token, new_node)
+            nodes[child, LENGTH] -= 1
+            nodes[child, REF_IDX] += 1
+            nodes[child, TOKEN] = _token_at(tree, tokens, nodes[child, REF_SEQ], nodes[child, REF_IDX])
+            _put(tree, (new_node << KEY_SHIFT) | nodes[child, TOKEN], child)
+            nodes[new_node, NCHILD] = 1
+            nodes[child, PARENT] = new_node
+            nodes[new_node, HEAD] = child
+            nodes[new_node, TAIL] = child
             _set_group(tree, child, _new_group(tree, child))
             _increment(tree, new_node)
             active[slot] = new_node
@@ -412,34 +491,34 @@ def _remove(tree, tokens, seq_id):
     size = seq_len[seq_id]
     for start in range(size):
         node = 0
-        nodes[COUNT, 0] -= 1
+        nodes[0, COUNT] -= 1
         idx = start
         while idx < size:
             token = tokens[base + idx]
             child = _lookup(children, (node << KEY_SHIFT) | token)
             if child < 0:
                 break
-            if nodes[COUNT, child] > 1:
+            if nodes[child, COUNT] > 1:
                 _decrement(tree, child)
             else:
                 _remove_from_siblings(tree, child)
-                children.pop((node << KEY_SHIFT) | token, -1)
-                nodes[NCHILD, node] -= 1
+                _pop(tree, (node << KEY_SHIFT) | token)
+                nodes[node, NCHILD] -= 1
                 _free_subtree(tree, child)
                 break
-            idx += nodes[LENGTH, child]
+            idx += nodes[child, LENGTH]
             node = child
-        if node != 0 and nodes[NCHILD, node] == 1:
-            only = nodes[HEAD, node]
-            if nodes[COUNT, node] == nodes[COUNT, only]:
-                parent = nodes[PARENT, node]
-                children.pop((node << KEY_SHIFT) | nodes[TOKEN, only], -1)
-                nodes[TOKEN, only] = nodes[TOKEN, node]
-                nodes[LENGTH, only] += nodes[LENGTH, node]
-                nodes[REF_IDX, only] -= nodes[LENGTH, node]
-                nodes[PARENT, only] = parent
+        if node != 0 and nodes[node, NCHILD] == 1:
+            only = nodes[node, HEAD]
+            if nodes[node, COUNT] == nodes[only, COUNT]:
+                parent = nodes[node, PARENT]
+                _pop(tree, (node << KEY_SHIFT) | nodes[only, TOKEN])
+                nodes[only, TOKEN] = nodes[node, TOKEN]
+                nodes[only, LENGTH] += nodes[node, LENGTH]
+                nodes[only, REF_IDX] -= nodes[node, LENGTH]
+                nodes[only, PARENT] = parent
                 _replace_in_siblings(tree, node, only)
-                children[(parent << KEY_SHIFT) | nodes[TOKEN, only]] = only
+                _put(tree, (parent << KEY_SHIFT) | nodes[only, TOKEN], only)
                 free_nodes[meta[M_NFREE]] = node
                 meta[M_NFREE] += 1
     if meta[M_SEQ] == seq_id:
@@ -459,13 +538,13 @@ def _speculate(tree, tokens, ctx, cstart, cend, max_spec_tokens, factor, min_pro
         found = True
         for p in range(cend - match_len, cend):
             token = ctx[p]
-            if idx >= nodes[LENGTH, node]:
+            if idx >= nodes[node, LENGTH]:
                 node = _lookup(children, (node << KEY_SHIFT) | token)
                 if node < 0:
                     found = False
                     break
                 idx = 0
-            if _token_at(tree, tokens, nodes[REF_SEQ, node], nodes[REF_IDX, node] + idx) != token:
+            if _token_at(tree, tokens, nodes[node, REF_SEQ], nodes[node, REF_IDX] + idx) != token:
                 found = False
                 break
             idx += 1
@@ -477,16 +556,16 @@ def _speculate(tree, tokens, ctx, cstart, cend, max_spec_tokens, factor, min_pro
         score = np.float32(0.0)
         prob = np.float32(1.0)
         while count < max_tokens and prob >= min_prob:
-            if idx < nodes[LENGTH, node]:
-                scratch[count] = _token_at(tree, tokens, nodes[REF_SEQ, node], nodes[REF_IDX, node] + idx)
+            if idx < nodes[node, LENGTH]:
+                scratch[count] = _token_at(tree, tokens, nodes[node, REF_SEQ], nodes[node, REF_IDX] + idx)
                 count += 1
                 score = np.float32(score + prob)
                 idx += 1
             else:
-                child = nodes[HEAD, node]
+                child = nodes[node, HEAD]
                 if child < 0:
                     break
-                prob = np.float32(prob * np.float32(np.float32(nodes[COUNT, child]) / np.float32(nodes[COUNT, node])))
+                prob = np.float32(prob * np.float32(np.float32(nodes[child, COUNT]) / np.float32(nodes[node, COUNT])))
                 node = child
                 idx = 0
         if score >= best_score:
