@@ -382,7 +382,7 @@ def test_rag_fixture_answers_copy_from_documents():
 
 
 def test_code_fixtures_copy_the_file_and_high_rate_has_latencies():
-    for name, count, rate in (("code_editing.jsonl", 150, 1.0), ("copy_heavy_high_rate.jsonl", 180, 50.0)):
+    for name, count, rate in (("code_editing.jsonl", 150, 1.0), ("copy_heavy_high_rate.jsonl", 180, 300.0)):
         requests, _ = read(str(FIXTURES / name))
         assert len(requests) == count
         for request in requests:
