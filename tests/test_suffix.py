@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from advisor.measure.ngram import ACCEPTED, DECODE_STEPS, DRAFT_TOKENS, DRAFTS
-from advisor.measure.specreplay import replay_config
+from advisor.measure.specreplay import replay_config, sweep
 from advisor.measure.suffix import replay_suffix
 from suffix_reference import SuffixCache, SuffixTree, reference_replay
 
@@ -126,3 +126,13 @@ def test_compiled_replay_equals_the_reference_port(seed):
         compiled, compiled_pos = replay_suffix(requests, *args)
         reference, reference_pos = reference_replay(requests, *args)
         assert (compiled == reference).all() and (compiled_pos == reference_pos).all(), trial
+
+
+def test_sweep_suffix_ks_in_one_pass_match_single_configs():
+    rng = np.random.default_rng(9)
+    requests = [(rng.integers(0, 6, 20), rng.integers(0, 6, 30)) for _ in range(10)]
+    result = sweep(requests, ks=(2,), windows=((1, 3),), suffix_ks=(2, 24))
+    suffixes = [r for r in result.replays if r.method == "suffix"]
+    assert [r.config["num_speculative_tokens"] for r in suffixes] == [2, 24]
+    single = replay_config({"method": "suffix"}, requests)
+    assert suffixes[1].to_dict() == single.to_dict()

@@ -220,8 +220,10 @@ def sweep(
     max_requests: int | None = DEFAULT_MAX_REQUESTS,
     seed: int = 0,
     suffix_max_requests: int | None = SUFFIX_MAX_REQUESTS,
+    suffix_ks: Iterable[int] | None = None,
 ) -> ReplaySweep:
-    """ngram for every window x k (one replay pass) and suffix (vLLM defaults) for every k (one pass)."""
+    """ngram for every window x k (one replay pass) and suffix (vLLM defaults) for every k of `suffix_ks`
+    (default: `ks`; one pass, so adding vLLM's default k=24 here costs little more than one k)."""
     ks = tuple(ks)
     windows = tuple(windows)
     chosen = sample_indices(len(requests), max_requests, seed)
@@ -237,8 +239,9 @@ def sweep(
     if include_suffix:
         base = normalize_config({"method": "suffix"})
         suffix_chosen = sample_indices(len(requests), _smaller(max_requests, suffix_max_requests), seed)
-        counters, per_pos = _suffix_counters(base, ks, requests, max_model_len, suffix_chosen)
-        for ki, k in enumerate(ks):
+        chosen_ks = ks if suffix_ks is None else tuple(suffix_ks)
+        counters, per_pos = _suffix_counters(base, chosen_ks, requests, max_model_len, suffix_chosen)
+        for ki, k in enumerate(chosen_ks):
             config = {**base, "num_speculative_tokens": k}
             replays.append(summarize(config, counters[:, ki], per_pos[ki, :k], len(requests), seed))
     return ReplaySweep(tuple(replays))
