@@ -29,6 +29,12 @@ ASSUMED_DECODE_S_PER_TOKEN = 0.03
 # Replays keep token ids in memory; beyond this many tokens the replay inputs are sampled (seeded reservoir).
 REPLAY_TOKEN_BUDGET = 60_000_000
 OVERLAP_MAX_N = 5
+# The replays shown without --speculative-config: ngram with a small lookup window and suffix with vLLM's
+# defaults (k = its max tree depth); the sweep around them is in `replay_sweep`.
+HEADLINE_REPLAYS = (
+    {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+    {"method": "suffix", "num_speculative_tokens": 24},
+)
 
 Progress = Callable[[int], None]
 
@@ -464,21 +470,24 @@ def _replays(c: _Collected, order: np.ndarray, options: ProfileOptions) -> tuple
     by_arrival = sorted(range(len(c.replay_inputs)), key=lambda i: rank[c.replay_rows[i]])
     inputs = [c.replay_inputs[i] for i in by_arrival]
     kept_all = len(c.replay_inputs) == c.replay_seen
+    headline = [specreplay.normalize_config(config) for config in HEADLINE_REPLAYS]
     if options.speculative_config is not None:
-        replay = specreplay.replay_config(
-            options.speculative_config, inputs, max_requests=options.max_replay_requests, seed=options.seed
-        ).to_dict()
-        replay["token_budget_sampled"] = not kept_all
-        return [replay], []
-    replays = []
-    for config in ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
-                   {"method": "suffix", "num_speculative_tokens": 24}):
-        entry = specreplay.replay_config(config, inputs, max_requests=options.max_replay_requests, seed=options.seed).to_dict()
+        headline = [specreplay.normalize_config(options.speculative_config)]
+    if options.sweep and options.speculative_config is None:
+        suffix_ks = sorted({*specreplay.SWEEP_KS, *(c["num_speculative_tokens"] for c in headline if c["method"] == "suffix")})
+        swept = [r.to_dict() for r in specreplay.sweep(
+            inputs, max_requests=options.max_replay_requests, seed=options.seed, suffix_ks=suffix_ks
+        ).replays]
+        replays = [next(r for r in swept if r["config"] == config) for config in headline]
+        sweep = [r for r in swept if r["method"] != "suffix" or r["config"]["num_speculative_tokens"] in specreplay.SWEEP_KS]
+    else:
+        replays = [
+            specreplay.replay_config(config, inputs, max_requests=options.max_replay_requests, seed=options.seed).to_dict()
+            for config in headline
+        ]
+        sweep = []
+    for entry in replays:
         entry["token_budget_sampled"] = not kept_all
-        replays.append(entry)
-    sweep = []
-    if options.sweep:
-        sweep = [r.to_dict() for r in specreplay.sweep(inputs, max_requests=options.max_replay_requests, seed=options.seed).replays]
     return replays, sweep
 
 
