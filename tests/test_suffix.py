@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from advisor.measure.ngram import ACCEPTED, DECODE_STEPS, DRAFT_TOKENS, DRAFTS
-from advisor.measure.specreplay import replay_config, sweep
+from advisor.measure.specreplay import replay_config, suffix_window, sweep
 from advisor.measure.suffix import replay_suffix
 from suffix_reference import SuffixCache, SuffixTree, reference_replay
 
@@ -89,16 +89,19 @@ def test_replay_counts_steps_drafts_and_acceptance():
     assert per_pos[0].tolist()[:4] == [2, 1, 1, 0]
 
 
-def test_sampled_suffix_replay_still_feeds_the_global_tree():
+def test_large_logs_replay_a_window_of_consecutive_requests():
+    """Above the token budget, suffix replays one arrival-order window; its first quarter only warms the trees."""
     rng = np.random.default_rng(0)
     shared = rng.integers(0, 50, 30)
-    requests = [(rng.integers(0, 50, 10), shared.copy()) for _ in range(6)]
-    full = replay_config({"method": "suffix", "num_speculative_tokens": 4}, requests)
-    sampled = replay_config({"method": "suffix", "num_speculative_tokens": 4}, requests, max_requests=3, seed=2)
-    assert sampled.sampled and sampled.num_requests == 3
-    # Every sampled request except possibly the first sees an earlier copy of the shared output.
-    assert sampled.acceptance_rate is not None and sampled.acceptance_rate > 0.5
-    assert full.num_requests == 6
+    requests = [(rng.integers(0, 50, 10), shared.copy()) for _ in range(40)]  # 40 tokens each
+    start, stop, first = suffix_window(requests, 400, seed=3)
+    assert stop - start == 10 and first == start + 2
+    windowed = replay_config({"method": "suffix", "num_speculative_tokens": 4}, requests, suffix_token_budget=400, seed=3)
+    assert windowed.sampled and windowed.num_requests == 8 and "window" in windowed.sampling
+    # Every measured request sees an earlier copy of the shared output in the warm global tree.
+    assert windowed.acceptance_rate is not None and windowed.acceptance_rate > 0.5
+    whole = replay_config({"method": "suffix", "num_speculative_tokens": 4}, requests)
+    assert not whole.sampled and whole.num_requests == 40 and whole.sampling == "all requests"
 
 
 def test_one_pass_for_several_k_equals_separate_passes():

@@ -8,8 +8,9 @@ steps (ngram and suffix propose nothing when the context has no match) and token
 
 Accepted tokens are counted against the logged continuation. At a request's last step a draft may run past
 the logged end, and vLLM counts what the model would accept there; those tokens are estimated from the
-acceptance measured at the same draft positions (`expected_past_end`). Large logs are sampled (seeded); the
-result then carries 95% percentile-bootstrap intervals over requests.
+acceptance measured at the same draft positions (`expected_past_end`). Large logs are sampled (seeded): ngram by a
+uniform sample of requests, suffix (whose global tree depends on every earlier output) by a window of
+consecutive requests; the result says how and carries 95% percentile-bootstrap intervals over requests.
 """
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ from advisor.measure import ngram, suffix
 from advisor.measure.stats import json_float
 
 DEFAULT_MAX_REQUESTS = 20000
-# Suffix speculation runs at ~0.1-0.3 M tokens/s (like arctic-inference's own C++ tree, docs/replay.md):
-# speculate for a sample, feed every output to the global tree.
-SUFFIX_MAX_REQUESTS = 2000
+# Suffix trees are slow to build (0.15 M tokens/s here, arctic-inference's C++ 0.35 M; docs/replay.md): a log
+# with more tokens than this is replayed over one arrival-order window that fits (seeded start).
+SUFFIX_TOKEN_BUDGET = 500_000
+WINDOW_WARMUP_SHARE = 0.25  # of a window's requests only feed the trees, so later ones see a warm global tree
 BOOTSTRAP_RESAMPLES = 400
 SWEEP_KS = tuple(range(1, 9))
 SWEEP_WINDOWS = ((1, 3), (2, 4), (3, 5), (5, 5))
@@ -81,6 +83,7 @@ class SpecReplay:
     draft_step_share: float | None
     tokens_per_step: float | None
     sampled: bool
+    sampling: str = "all requests"
     intervals: dict[str, Interval] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -101,6 +104,7 @@ class SpecReplay:
             "draft_step_share": json_float(self.draft_step_share),
             "tokens_per_step": json_float(self.tokens_per_step),
             "sampled": self.sampled,
+            "sampling": self.sampling,
             "confidence_95": {name: value.to_dict() for name, value in self.intervals.items()},
         }
 
@@ -188,27 +192,28 @@ def replay_config(
     max_model_len: int | None = None,
     max_requests: int | None = DEFAULT_MAX_REQUESTS,
     seed: int = 0,
-    suffix_max_requests: int | None = SUFFIX_MAX_REQUESTS,
+    suffix_token_budget: int | None = SUFFIX_TOKEN_BUDGET,
 ) -> SpecReplay:
     """Replays exactly this `--speculative-config` over `requests` (in arrival order).
 
-    ngram requests are independent; suffix replays requests one after another (its global tree holds
-    earlier outputs), so a sampled suffix replay still feeds every request's output to the global tree.
-    At most `max_requests` (suffix: `suffix_max_requests`) requests are replayed, a seeded sample.
+    ngram: at most `max_requests` requests, a seeded uniform sample (requests are independent).
+    suffix: requests depend on earlier outputs (the global tree), so a log above `suffix_token_budget`
+    tokens is replayed over one arrival-order window that fits (`suffix_window`).
     """
     config = normalize_config(spec_config)
-    limit = _smaller(max_requests, suffix_max_requests) if config["method"] == "suffix" else max_requests
-    chosen = sample_indices(len(requests), limit, seed)
     k = config["num_speculative_tokens"]
     if config["method"] == "suffix":
-        all_counters, all_per_pos = _suffix_counters(config, [k], requests, max_model_len, chosen)
+        all_counters, all_per_pos, sampling = _suffix_counters(config, [k], requests, max_model_len,
+                                                               suffix_token_budget, seed)
         counters, per_pos = all_counters[:, 0], all_per_pos[0]
     else:
+        chosen = sample_indices(len(requests), max_requests, seed)
         window = (config["prompt_lookup_min"], config["prompt_lookup_max"])
         picked = [requests[i] for i in chosen]
         all_counters, all_per_pos = ngram.replay_ngram(picked, [window], [k], max_model_len)
         counters, per_pos = all_counters[:, 0, 0], all_per_pos[0, 0]
-    return summarize(config, counters, per_pos[:k], len(requests), seed)
+        sampling = _uniform_note(len(chosen), len(requests))
+    return summarize(config, counters, per_pos[:k], len(requests), seed, sampling)
 
 
 def sweep(
@@ -219,7 +224,7 @@ def sweep(
     max_model_len: int | None = None,
     max_requests: int | None = DEFAULT_MAX_REQUESTS,
     seed: int = 0,
-    suffix_max_requests: int | None = SUFFIX_MAX_REQUESTS,
+    suffix_token_budget: int | None = SUFFIX_TOKEN_BUDGET,
     suffix_ks: Iterable[int] | None = None,
 ) -> ReplaySweep:
     """ngram for every window x k (one replay pass) and suffix (vLLM defaults) for every k of `suffix_ks`
@@ -235,39 +240,71 @@ def sweep(
             config = normalize_config(
                 {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": low, "prompt_lookup_max": high}
             )
-            replays.append(summarize(config, counters[:, w, ki], per_pos[w, ki, :k], len(requests), seed))
+            replays.append(summarize(config, counters[:, w, ki], per_pos[w, ki, :k], len(requests), seed,
+                                     _uniform_note(len(chosen), len(requests))))
     if include_suffix:
         base = normalize_config({"method": "suffix"})
-        suffix_chosen = sample_indices(len(requests), _smaller(max_requests, suffix_max_requests), seed)
         chosen_ks = ks if suffix_ks is None else tuple(suffix_ks)
-        counters, per_pos = _suffix_counters(base, chosen_ks, requests, max_model_len, suffix_chosen)
+        counters, per_pos, sampling = _suffix_counters(base, chosen_ks, requests, max_model_len,
+                                                       suffix_token_budget, seed)
         for ki, k in enumerate(chosen_ks):
             config = {**base, "num_speculative_tokens": k}
-            replays.append(summarize(config, counters[:, ki], per_pos[ki, :k], len(requests), seed))
+            replays.append(summarize(config, counters[:, ki], per_pos[ki, :k], len(requests), seed, sampling))
     return ReplaySweep(tuple(replays))
 
 
 def _suffix_counters(
     config: dict, ks: Sequence[int], requests: Sequence[TokenizedRequest], max_model_len: int | None,
-    chosen: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Suffix replay of every request (the global tree needs them all), counters of the `chosen` ones."""
+    token_budget: int | None, seed: int,
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """Suffix replay over `suffix_window`; counters of the requests it speculates for, and a note."""
+    start, stop, first = suffix_window(requests, token_budget, seed)
     counters, per_pos = suffix.replay_suffix(
-        requests,
+        requests[start:stop],
         ks,
         max_tree_depth=config["suffix_decoding_max_tree_depth"],
         max_cached_requests=config["suffix_decoding_max_cached_requests"],
         max_spec_factor=float(config["suffix_decoding_max_spec_factor"]),
         min_token_prob=float(config["suffix_decoding_min_token_prob"]),
         max_model_len=max_model_len,
-        speculate_for=chosen,
+        speculate_for=np.arange(first - start, stop - start),
     )
-    return counters[chosen], per_pos
+    if stop - start == len(requests):
+        note = "all requests"
+    else:
+        note = (f"arrival-order window: requests {start}..{stop - 1} replayed, {first}..{stop - 1} measured; "
+                f"the global suffix tree holds only the window's earlier outputs")
+    return counters[first - start :], per_pos, note
 
 
-def _smaller(first: int | None, second: int | None) -> int | None:
-    """The smaller of two limits, None meaning no limit."""
-    return second if first is None else first if second is None else min(first, second)
+def suffix_window(requests: Sequence[TokenizedRequest], token_budget: int | None, seed: int) -> tuple[int, int, int]:
+    """(start, stop, first measured) of the requests a suffix replay covers.
+
+    All of them when their tokens fit `token_budget`; else a window of consecutive requests (seeded random
+    start) that fits, whose first WINDOW_WARMUP_SHARE only feed the trees. Requests sampled one by one would
+    be exact only if every earlier output were still fed to the global tree, which costs as much as the
+    whole replay.
+    """
+    count = len(requests)
+    sizes = np.array([len(p) + len(o) for p, o in requests], dtype=np.int64)
+    if token_budget is None or sizes.sum() <= token_budget:
+        return 0, count, 0
+    ends = np.cumsum(sizes)
+    rng = np.random.default_rng(seed)
+    start = int(rng.integers(0, count))
+    base = ends[start - 1] if start else 0
+    stop = int(np.searchsorted(ends, base + token_budget, side="right"))
+    stop = max(stop, start + 1)
+    if stop >= count:  # too close to the end: take the window that ends with the log instead
+        stop = count
+        start = int(np.searchsorted(ends, ends[-1] - token_budget, side="left")) + 1
+        start = min(start, count - 1)
+    first = start + int((stop - start) * WINDOW_WARMUP_SHARE)
+    return start, stop, first
+
+
+def _uniform_note(chosen: int, population: int) -> str:
+    return "all requests" if chosen == population else f"uniform random sample of {chosen} requests"
 
 
 def sample_indices(count: int, max_requests: int | None, seed: int) -> np.ndarray:
@@ -278,7 +315,8 @@ def sample_indices(count: int, max_requests: int | None, seed: int) -> np.ndarra
 
 
 def summarize(
-    config: dict, counters: np.ndarray, per_pos: np.ndarray, population: int, seed: int = 0
+    config: dict, counters: np.ndarray, per_pos: np.ndarray, population: int, seed: int = 0,
+    sampling: str = "all requests",
 ) -> SpecReplay:
     """SpecReplay from per-request counters (the columns of `advisor.measure.ngram`) and per-position
     accepted counts."""
@@ -316,6 +354,7 @@ def summarize(
         draft_step_share=_single(ratios["draft_step_share"]),
         tokens_per_step=_single(ratios["tokens_per_step"]),
         sampled=sampled,
+        sampling=sampling,
         intervals=intervals,
     )
 
