@@ -35,7 +35,7 @@ from numba import njit
 from advisor.measure.prefix import PrefixBlocks
 from advisor.measure.stats import json_float
 
-CURVE_FRACTIONS = (1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
+CURVE_FRACTIONS = (1 / 64, 1 / 16, 1 / 4, 1 / 2, 1.0)
 GPU_BLOCK_SIZE = 16
 CPU_BLOCK_SIZE = 128
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
@@ -352,52 +352,58 @@ def simulate_apc(
     `output_tokens` sizes each request's blocks (prompt + output - 1 tokens; 0 when unknown). Without
     `arrivals`, requests run one after another (each finishes before the next arrives).
     """
-    result, _ = _run(requests, block_size, capacity, output_tokens, arrivals, durations)
+    result, _ = _Prepared(requests, block_size, output_tokens, arrivals, durations).run(capacity)
     return result
 
 
-def _run(requests, block_size, capacity, output_tokens, arrivals, durations) -> tuple[ApcResult, int]:
-    if block_size <= 0:
-        raise ValueError(f"block_size must be positive, got {block_size}")
-    count = len(requests)
-    prompt = np.array([r.prompt_tokens for r in requests], dtype=np.int64)
-    outputs = np.zeros(count, np.int64) if output_tokens is None else np.asarray(output_tokens, np.int64)
-    if outputs.shape != (count,):
-        raise ValueError("output_tokens needs one entry per request")
-    chain_lists = [r.chain for r in requests]
-    all_hashes = np.concatenate(chain_lists) if count else np.zeros(0, np.uint64)
-    unique, dense = np.unique(all_hashes, return_inverse=True)
-    chain_offsets = np.zeros(count + 1, np.int64)
-    chain_offsets[1:] = np.cumsum([c.size for c in chain_lists])
-    prompt_blocks = np.array([r.prompt_blocks for r in requests], dtype=np.int64)
-    lookup = np.minimum(prompt_blocks, np.maximum(prompt - 1, 0) // block_size)
-    prompt_cached = np.minimum(prompt_blocks, prompt // block_size)
-    held_tokens = prompt + np.maximum(outputs - 1, 0)
-    held = -(-held_tokens // block_size)
-    # A chain may be shorter than what the request fills (decode blocks of token-free traces are unknown).
-    chain_sizes = np.diff(chain_offsets)
-    held = np.maximum(held, chain_sizes)
-    if arrivals is None:
-        arrival = np.arange(count, dtype=np.float64)
-        duration = np.full(count, 0.5)
-    else:
-        arrival = np.asarray(arrivals, np.float64)
-        duration = np.asarray(durations, np.float64) if durations is not None else np.zeros(count)
-        if arrival.shape != (count,) or duration.shape != (count,):
-            raise ValueError("arrivals and durations need one entry per request")
-        if count and np.any(np.diff(arrival) < 0):
-            raise ValueError("requests must be in arrival order")
-    cap = int(held.sum()) if capacity is None else int(capacity)
-    hits = np.zeros(count, np.int64)
-    status = np.zeros(count, np.int64)
-    ever = _simulate(dense.astype(np.int64), chain_offsets, lookup, prompt_cached, prompt_blocks, held, arrival,
-                     duration,
-                     cap, int(unique.size), hits, status)
-    hit_tokens = hits * block_size
-    total = int(prompt.sum())
-    return (
-        ApcResult(
-            block_size=block_size,
+class _Prepared:
+    """The arrays a replay needs, computed once for all the capacities of a curve."""
+
+    def __init__(self, requests, block_size, output_tokens, arrivals, durations):
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        count = len(requests)
+        self.block_size = block_size
+        self.prompt = np.array([r.prompt_tokens for r in requests], dtype=np.int64)
+        outputs = np.zeros(count, np.int64) if output_tokens is None else np.asarray(output_tokens, np.int64)
+        if outputs.shape != (count,):
+            raise ValueError("output_tokens needs one entry per request")
+        chain_lists = [r.chain for r in requests]
+        all_hashes = np.concatenate(chain_lists) if count else np.zeros(0, np.uint64)
+        unique, dense = np.unique(all_hashes, return_inverse=True)
+        self.num_hashes = int(unique.size)
+        self.chains = dense.astype(np.int64).ravel()
+        self.chain_offsets = np.zeros(count + 1, np.int64)
+        self.chain_offsets[1:] = np.cumsum([c.size for c in chain_lists])
+        self.prompt_blocks = np.array([r.prompt_blocks for r in requests], dtype=np.int64)
+        self.lookup = np.minimum(self.prompt_blocks, np.maximum(self.prompt - 1, 0) // block_size)
+        self.prompt_cached = np.minimum(self.prompt_blocks, self.prompt // block_size)
+        held_tokens = self.prompt + np.maximum(outputs - 1, 0)
+        # A chain may be longer than the tokens suggest (a trace's partial last block has an id too).
+        self.held = np.maximum(-(-held_tokens // block_size), np.diff(self.chain_offsets))
+        if arrivals is None:
+            self.arrival = np.arange(count, dtype=np.float64)
+            self.duration = np.full(count, 0.5)
+        else:
+            self.arrival = np.asarray(arrivals, np.float64)
+            self.duration = np.asarray(durations, np.float64) if durations is not None else np.zeros(count)
+            if self.arrival.shape != (count,) or self.duration.shape != (count,):
+                raise ValueError("arrivals and durations need one entry per request")
+            if count and np.any(np.diff(self.arrival) < 0):
+                raise ValueError("requests must be in arrival order")
+
+    def run(self, capacity: int | None) -> tuple[ApcResult, int]:
+        """(result, blocks that ever received a hash) at `capacity` blocks (None: never evict)."""
+        count = self.prompt.size
+        cap = int(self.held.sum()) if capacity is None else int(capacity)
+        hits = np.zeros(count, np.int64)
+        status = np.zeros(count, np.int64)
+        ever = _simulate(self.chains, self.chain_offsets, self.lookup, self.prompt_cached, self.prompt_blocks,
+                         self.held, self.arrival, self.duration, cap, self.num_hashes, hits, status)
+        hit_tokens = hits * self.block_size
+        total = int(self.prompt.sum())
+        result = ApcResult(
+            block_size=self.block_size,
             capacity_blocks=None if capacity is None else cap,
             requests=count,
             prompt_tokens=total,
@@ -406,9 +412,8 @@ def _run(requests, block_size, capacity, output_tokens, arrivals, durations) -> 
             queued_requests=int((status == 1).sum()),
             unserved_requests=int((status == 2).sum()),
             per_request_hit_tokens=hit_tokens,
-        ),
-        ever,
-    )
+        )
+        return result, ever
 
 
 def apc_report(
@@ -422,16 +427,13 @@ def apc_report(
 ) -> ApcReport:
     """Ceiling (infinite cache), hit rate at `capacity` blocks, and the curve at `fractions` of the blocks
     the ceiling needs (plus `capacity` itself when given)."""
-    ceiling, needed = _run(requests, block_size, None, output_tokens, arrivals, durations)
-    at_capacity = None
-    if capacity is not None:
-        at_capacity, _ = _run(requests, block_size, capacity, output_tokens, arrivals, durations)
+    prepared = _Prepared(requests, block_size, output_tokens, arrivals, durations)
+    ceiling, needed = prepared.run(None)
+    at_capacity = prepared.run(capacity)[0] if capacity is not None else None
     sizes = sorted({max(1, int(round(needed * f))) for f in fractions} | ({capacity} if capacity else set()))
     curve = []
     for size in sizes:
-        if at_capacity is not None and size == capacity:
-            curve.append(CurvePoint(size, at_capacity.hit_rate))
-        else:
-            curve.append(CurvePoint(size, _run(requests, block_size, size, output_tokens, arrivals, durations)[0].hit_rate))
+        result = at_capacity if at_capacity is not None and size == capacity else prepared.run(size)[0]
+        curve.append(CurvePoint(size, result.hit_rate))
     saved = (at_capacity or ceiling).hit_tokens
     return ApcReport(at_capacity, ceiling, int(needed), tuple(curve), saved)

@@ -27,7 +27,7 @@ from advisor.measure.stats import json_float
 DEFAULT_MAX_REQUESTS = 20000
 # Suffix trees are slow to build (0.15 M tokens/s here, arctic-inference's C++ 0.35 M; docs/replay.md): a log
 # with more tokens than this is replayed over one arrival-order window that fits (seeded start).
-SUFFIX_TOKEN_BUDGET = 500_000
+SUFFIX_TOKEN_BUDGET = 300_000
 WINDOW_WARMUP_SHARE = 0.25  # of a window's requests only feed the trees, so later ones see a warm global tree
 BOOTSTRAP_RESAMPLES = 400
 SWEEP_KS = tuple(range(1, 9))
