@@ -20,7 +20,7 @@ from advisor.tokenize import load_tokenizer
 from advisor.verify.dataset import BenchDataset, BenchLoad, build_dataset, completion_prompt, logged_temperature, observed_load
 from advisor.verify.history import render_markdown
 from advisor.verify.metrics import MetricsSnapshot
-from advisor.verify.plan import BASELINE, CANDIDATE, make_plan
+from advisor.verify.plan import APC, BASELINE, CANDIDATE, make_plan
 from advisor.verify.runner import StepResult
 from advisor.verify.session import predictions_from_report
 from advisor.verify.verdict import CONFIRMED, INCONCLUSIVE, REFUTED, bootstrap_ratio, build_verdict, per_request
@@ -93,9 +93,10 @@ def _dataset(tmp_path: Path) -> BenchDataset:
                         BenchLoad(2.0, 1.5, 4, {}), True)
 
 
-def _plan(tmp_path: Path, **kwargs):
+def _plan(tmp_path: Path, mode: str = "speculative", **kwargs):
     return make_plan(vllm_bin=Path("/venv/bin/vllm"), model="/models/tiny m", served_model_name="tiny",
-                     bench_tokenizer="/models/tiny m", dataset=_dataset(tmp_path), candidate_config=NGRAM,
+                     bench_tokenizer="/models/tiny m", dataset=_dataset(tmp_path),
+                     candidate_config=NGRAM if mode == "speculative" else None, mode=mode,
                      out_dir=tmp_path / "out", trials=2, serve_args=("--enforce-eager",), **kwargs)
 
 
@@ -113,6 +114,13 @@ def test_plan_interleaves_fresh_servers_that_differ_only_in_the_speculative_conf
     assert bench[bench.index("--max-concurrency") + 1] == "4"
     other = plan.bench_argv(plan.steps[1], "http://127.0.0.1:8000")
     assert [a for a in bench if "baseline" not in a] == [a for a in other if "candidate" not in a]
+
+
+def test_apc_plan_differs_only_in_prefix_caching(tmp_path):
+    plan = _plan(tmp_path, mode=APC)
+    base, cand = (plan.serve_argv(arm, 8000) for arm in plan.arms)
+    assert base[-1] == "--no-enable-prefix-caching" and cand[-1] == "--enable-prefix-caching"
+    assert base[:-1] == cand[:-1] and "--speculative-config" not in base + cand
 
 
 def test_dry_run_script_is_valid_bash_with_the_plans_commands(tmp_path):
@@ -155,6 +163,30 @@ def _results(base_tpots, cand_tpots, cand_drafts=5.0) -> list[StepResult]:
                                       generation_tokens=bench["total_output_tokens"], has_spec_decode=arm == CANDIDATE)
             results.append(StepResult(trial, arm, Path(f"t{trial}{arm}.json"), bench, metrics, 1.0, 2.0))
     return results
+
+
+def test_apc_verdict_judges_ttft_and_needs_cache_hits():
+    base = [[20.0, 21.0, 19.0]] * 2
+    results = _results(base, base, cand_drafts=0.0)
+    faster_prefill = []
+    for r in results:
+        bench = dict(r.bench)
+        hits = 0.0
+        if r.arm == CANDIDATE:
+            bench["ttfts"] = [t * 0.5 for t in bench["ttfts"]]
+            bench["latencies"] = [e - t * 0.5 for e, t in zip(bench["latencies"], r.bench["ttfts"])]
+            hits = 256.0
+        metrics = MetricsSnapshot(prefix_cache_queries=600.0, prefix_cache_hits=hits,
+                                  generation_tokens=bench["total_output_tokens"])
+        faster_prefill.append(StepResult(r.trial, r.arm, r.result_file, bench, metrics, 1.0, 2.0))
+    verdict = build_verdict(faster_prefill, mode=APC, resamples=100)
+    assert verdict["primary_metric"] == "ttft" and "TTFT ratio" in verdict["rule"]
+    assert verdict["verdict"] == CONFIRMED and verdict["ratios"]["ttft"]["ratio"] == pytest.approx(0.5)
+    assert verdict["measured"]["candidate"]["apc_hit_rate"] == pytest.approx(256 / 600)
+    no_hits = [StepResult(r.trial, r.arm, r.result_file, r.bench, MetricsSnapshot(
+        generation_tokens=r.bench["total_output_tokens"]), 1.0, 2.0) for r in faster_prefill]
+    verdict = build_verdict(no_hits, mode=APC, resamples=100)
+    assert verdict["verdict"] == INCONCLUSIVE and "candidate hit the prefix cache" in verdict["reason"]
 
 
 def test_per_request_tpot_is_bench_definition():
@@ -201,6 +233,8 @@ def test_predictions_come_from_the_matching_replay_entry():
     predicted = predictions_from_report(report, NGRAM)
     assert predicted == {"acceptance_rate": 0.4, "mean_acceptance_length": 2.2, "tokens_per_step": 1.8,
                          "apc_hit_rate": 0.3, "tpot_ratio": pytest.approx(0.7)}
+    report["recommendation"]["predicted"]["ttft_ms"] = {"apc_on": 30.0, "apc_off": 60.0}
+    assert predictions_from_report(report, None) == {"apc_hit_rate": 0.3, "ttft_ratio": pytest.approx(0.5)}
 
 
 def test_markdown_summary_states_verdict_rule_and_runs(tmp_path):

@@ -1,4 +1,4 @@
-"""`advise verify`: a controlled A/B of a speculative config with a real `vllm serve` + `vllm bench serve`."""
+"""`advise verify`: a controlled A/B (speculative config, or APC) with a real `vllm serve` + `vllm bench serve`."""
 from __future__ import annotations
 
 import datetime as dt
@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from advisor.errors import EXIT_FINDINGS, ConfigError
+from advisor.verify.plan import MODES, SPECULATIVE
 from advisor.verify.session import VerifyOptions, dry_run_script, prepare, run_verify
 from advisor.verify.verdict import REFUTED
 
@@ -44,6 +45,8 @@ def _rate(_ctx: click.Context, _param: click.Parameter, value: str | None) -> fl
 @click.argument("logs", nargs=-1, required=True)
 @click.option("--model", required=True, help="Model to serve: a local folder (no hub access here).")
 @click.option("--tokenizer", help="Tokenizer folder (default: the model folder).")
+@click.option("--compare", "mode", type=click.Choice(MODES), default=SPECULATIVE, show_default=True,
+              help="What the arms differ in: the speculative config, or prefix caching off (baseline) vs on.")
 @click.option("--speculative-config", callback=_json_object, help="Candidate's --speculative-config JSON.")
 @click.option("--recommendation", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A report from `advise LOGS --json`: its recommended config is the candidate (unless "
@@ -71,27 +74,29 @@ def _rate(_ctx: click.Context, _param: click.Parameter, value: str | None) -> fl
               help="Python of the venv with vLLM (scripts/setup_vllm_cpu.sh); env ADVISOR_VLLM_PYTHON.")
 @click.option("--kv-cache-gib", type=float, default=1.0, show_default=True, help="VLLM_CPU_KVCACHE_SPACE (CPU builds).")
 @click.option("--min-effect", type=float, default=0.02, show_default=True,
-              help="Smallest TPOT gain (fraction) that counts as confirmed.")
+              help="Smallest gain (fraction) of the primary metric that counts as confirmed (TPOT; TTFT for apc).")
 @click.option("--ready-timeout", type=float, default=900.0, show_default=True, help="Seconds for a server to become ready.")
 @click.option("--dry-run", is_flag=True, help="Print the plan as a runnable shell script and run nothing.")
-def verify_command(logs: tuple[str, ...], model: str, tokenizer: str | None, speculative_config: dict | None,
+def verify_command(logs: tuple[str, ...], model: str, tokenizer: str | None, mode: str, speculative_config: dict | None,
                    recommendation: Path | None, trials: int, max_requests: int | None, max_model_len: int | None,
                    request_rate: float | None, burstiness: float | None, max_concurrency: int | None,
                    temperature: float | None, seed: int, serve_args: tuple[str, ...], baseline_url: str | None,
                    candidate_url: str | None, out_dir: Path | None, history: Path | None, fmt: str | None,
                    vllm_python: Path, kv_cache_gib: float, min_effect: float, ready_timeout: float,
                    dry_run: bool) -> None:
-    """A/B a speculative config against the same server without it, replaying LOGS with `vllm bench serve`.
+    """A/B a speculative config against the same server without it (or, with --compare apc, prefix caching
+    on against off), replaying LOGS with `vllm bench serve`.
 
     Fresh server per arm and trial, interleaved A B A B; prompts pre-rendered with the chat template, the
     logged output lengths, the logs' load. Prints the verdict (confirmed / refuted / inconclusive, exit 1 when
     refuted) and writes record.json and summary.md (docs/verify.md).
     """
-    if speculative_config is None and recommendation is None:
+    if mode == SPECULATIVE and speculative_config is None and recommendation is None:
         raise ConfigError("nothing to verify: pass --speculative-config JSON or --recommendation report.json")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     options = VerifyOptions(
         logs=logs, model=model, out_dir=(out_dir or Path("advise-verify") / stamp).resolve(), vllm_python=vllm_python,
+        mode=mode,
         speculative_config=speculative_config, recommendation=recommendation, tokenizer=tokenizer, fmt=fmt,
         trials=trials, max_requests=max_requests, max_model_len=max_model_len, request_rate=request_rate,
         burstiness=burstiness, max_concurrency=max_concurrency, temperature=temperature, seed=seed,
@@ -105,9 +110,9 @@ def verify_command(logs: tuple[str, ...], model: str, tokenizer: str | None, spe
     record, record_path, summary_path = run_verify(options, progress=lambda message: click.echo(message, err=True))
     verdict = record["verdict"]
     click.echo(f"verdict: {verdict['verdict']} - {verdict['reason']}")
-    tpot = verdict["ratios"]["tpot"]
-    click.echo(f"TPOT ratio {tpot['ratio']:.3f} (95% interval {tpot['ci95'][0]:.3f}-{tpot['ci95'][1]:.3f}); "
-               f"rule: {verdict['rule']}")
+    primary = verdict["ratios"][verdict["primary_metric"]]
+    click.echo(f"{verdict['primary_metric'].upper()} ratio {primary['ratio']:.3f} (95% interval "
+               f"{primary['ci95'][0]:.3f}-{primary['ci95'][1]:.3f}); rule: {verdict['rule']}")
     click.echo(f"record: {record_path}\nsummary: {summary_path}")
     if verdict["verdict"] == REFUTED:
         click.get_current_context().exit(EXIT_FINDINGS)

@@ -41,13 +41,14 @@ def build_record(plan: VerifyPlan, results: list[StepResult], verdict: dict, *, 
                    "tokenizer": tokenizer, "prediction_source": prediction_source},
         "dataset": dataset.to_dict(),
         "protocol": {
+            "mode": plan.mode,
             "trials": plan.trials,
             "order": [f"trial{step.trial}-{step.arm.name}" for step in plan.steps],
             "seed": plan.seed,
             "serve_args": list(plan.serve_args),
             "fresh_server_per_run": all(arm.url is None for arm in plan.arms),
             "arms": {
-                arm.name: {"speculative_config": arm.speculative_config, "url": arm.url,
+                arm.name: {"speculative_config": arm.speculative_config, "flags": list(arm.flags), "url": arm.url,
                            "serve_argv": None if arm.url else plan.serve_argv(arm, "PORT")}
                 for arm in plan.arms
             },
@@ -91,6 +92,13 @@ def _num(value: object, digits: int = 3) -> str:
     return str(value)
 
 
+def _arms_sentence(protocol: dict) -> str:
+    if protocol.get("mode") == "apc":
+        return "Candidate: automatic prefix caching on; baseline: the same server with `--no-enable-prefix-caching`"
+    config = json.dumps(protocol["arms"]["candidate"]["speculative_config"])
+    return f"Candidate `--speculative-config '{config}'` against the same server without it"
+
+
 def render_markdown(record: dict) -> str:
     """A human summary of the record: verdict and rule first, then ratios, controls, predictions, runs."""
     verdict = record["verdict"]
@@ -104,9 +112,7 @@ def render_markdown(record: dict) -> str:
         "",
         f"Rule: {verdict['rule']}.",
         "",
-        f"Candidate `--speculative-config '{json.dumps(protocol['arms']['candidate']['speculative_config'])}'` "
-        "against the same "
-        f"server without it; model `{record['inputs']['served_model_name']}`; {protocol['trials']} trial(s), order "
+        f"{_arms_sentence(protocol)}; model `{record['inputs']['served_model_name']}`; {protocol['trials']} trial(s), order "
         f"{' '.join(protocol['order'])}; {dataset['rows']} requests from the logs "
         f"({dataset['input_tokens']} prompt and {dataset['output_tokens']} output tokens per run) at "
         f"{_num(load['request_rate'], 2) if load['request_rate'] else 'inf'} req/s, burstiness {_num(load['burstiness'], 2)}, "

@@ -1,6 +1,7 @@
 """The plan of an `advise verify` run: every server and bench command, in order, also as a shell script.
 
-Arms differ ONLY in `--speculative-config`: same model, same flags, same dataset, same load, same seed.
+Arms differ in ONE thing: `--speculative-config` (mode "speculative"), or automatic prefix caching off versus
+on (mode "apc", its own A/B); same model, other flags, dataset, load and seed.
 Each (trial, arm) gets a freshly started server so no prefix-cache content carries over from an earlier run,
 and the arms alternate A B A B so slow drift of the machine (thermal, other tenants) hits both alike.
 `--dry-run` prints `VerifyPlan.to_shell()`: the same commands, runnable by hand.
@@ -12,26 +13,31 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from advisor.errors import ConfigError
 from advisor.verify.dataset import BenchDataset
 
 BASELINE = "baseline"
 CANDIDATE = "candidate"
+SPECULATIVE, APC = "speculative", "apc"
+MODES = (SPECULATIVE, APC)
 WARMUP_PROMPT = "Hello"  # far shorter than a KV block: warms the server up without caching a full block
 WARMUP_TOKENS = 8
 
 
 @dataclass(frozen=True)
 class Arm:
-    """One side of the A/B: its extra serve flags, or the URL of a server someone else runs."""
+    """One side of the A/B: its own serve flags, or the URL of a server someone else runs."""
 
     name: str
     speculative_config: dict | None
     url: str | None = None
+    flags: tuple[str, ...] = ()  # e.g. --no-enable-prefix-caching for the APC A/B's baseline
 
     def serve_flags(self) -> list[str]:
         if self.speculative_config is None:
-            return []
-        return ["--speculative-config", json.dumps(self.speculative_config, sort_keys=True, separators=(",", ":"))]
+            return list(self.flags)
+        spec = json.dumps(self.speculative_config, sort_keys=True, separators=(",", ":"))
+        return [*self.flags, "--speculative-config", spec]
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,7 @@ class VerifyPlan:
     arms: tuple[Arm, Arm]
     trials: int
     out_dir: Path
+    mode: str = SPECULATIVE
     serve_args: tuple[str, ...] = ()
     seed: int = 0
     kv_cache_gib: float = 1.0
@@ -123,7 +130,7 @@ class VerifyPlan:
         q = shlex.quote
         lines = [
             "#!/usr/bin/env bash",
-            f"# advise verify plan: {self.trials} trial(s) x ({BASELINE}, {CANDIDATE}), "
+            f"# advise verify plan ({self.mode} A/B): {self.trials} trial(s) x ({BASELINE}, {CANDIDATE}), "
             f"{self.dataset.rows} requests from the logs.",
             "# Each step starts a fresh server in its own process group, warms it up, scrapes /metrics,",
             "# runs the bench, scrapes /metrics again and stops the group.",
@@ -186,20 +193,32 @@ def make_plan(
     served_model_name: str,
     bench_tokenizer: str,
     dataset: BenchDataset,
-    candidate_config: dict,
+    candidate_config: dict | None,
     out_dir: Path,
     trials: int = 2,
+    mode: str = SPECULATIVE,
     serve_args: tuple[str, ...] = (),
     seed: int = 0,
     kv_cache_gib: float = 1.0,
     baseline_url: str | None = None,
     candidate_url: str | None = None,
 ) -> VerifyPlan:
-    """Interleaved steps A B A B ...: trial t runs the baseline, then the candidate."""
-    arms = (Arm(BASELINE, None, baseline_url), Arm(CANDIDATE, candidate_config, candidate_url))
+    """Interleaved steps A B A B ...: trial t runs the baseline, then the candidate.
+
+    Mode "speculative": the candidate adds `candidate_config`. Mode "apc": the baseline runs with
+    `--no-enable-prefix-caching`, the candidate with `--enable-prefix-caching`, neither speculates.
+    """
+    if mode == APC:
+        arms = (Arm(BASELINE, None, baseline_url, ("--no-enable-prefix-caching",)),
+                Arm(CANDIDATE, None, candidate_url, ("--enable-prefix-caching",)))
+    elif mode == SPECULATIVE and candidate_config:
+        arms = (Arm(BASELINE, None, baseline_url), Arm(CANDIDATE, candidate_config, candidate_url))
+    else:
+        raise ConfigError(f"verify mode {mode!r} needs a speculative config" if mode == SPECULATIVE
+                          else f"unknown verify mode {mode!r}; expected one of {', '.join(MODES)}")
     steps = tuple(Step(trial, arm, out_dir) for trial in range(1, trials + 1) for arm in arms)
     return VerifyPlan(
         vllm_bin=vllm_bin, model=model, served_model_name=served_model_name, bench_tokenizer=bench_tokenizer,
-        dataset=dataset, arms=arms, trials=trials, out_dir=out_dir, serve_args=tuple(serve_args), seed=seed,
+        dataset=dataset, arms=arms, trials=trials, out_dir=out_dir, mode=mode, serve_args=tuple(serve_args), seed=seed,
         kv_cache_gib=kv_cache_gib, steps=steps,
     )

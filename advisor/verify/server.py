@@ -94,7 +94,7 @@ def short_tmp_dir(scratch_dir: Path) -> tuple[Path, bool]:
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last lines of a log file, for error messages (server logs hold no request text)."""
+    """The last lines of a log file, for error messages (vLLM logs prompt text only with --enable-log-requests)."""
     try:
         with path.open(errors="replace") as handle:
             return "".join(deque(handle, maxlen=lines))
@@ -141,7 +141,8 @@ def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
             time.sleep(0.1)
     except KeyboardInterrupt as exc:
         interrupted = exc
-    _signal_group(pgid, signal.SIGKILL)
+    if proc.poll() is None or group_members(pgid):  # an emptied group's id may be reused: no blind SIGKILL
+        _signal_group(pgid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
     deadline = time.monotonic() + 5

@@ -15,7 +15,7 @@ from advisor.ingest import read_requests
 from advisor.tokenize import load_tokenizer
 from advisor.verify.dataset import build_dataset
 from advisor.verify.history import build_record, save_record
-from advisor.verify.plan import VerifyPlan, make_plan
+from advisor.verify.plan import APC, SPECULATIVE, VerifyPlan, make_plan
 from advisor.verify.runner import run_plan
 from advisor.verify.server import short_tmp_dir, vllm_env, vllm_executable
 from advisor.verify.verdict import build_verdict
@@ -31,6 +31,7 @@ class VerifyOptions:
     model: str
     out_dir: Path
     vllm_python: Path
+    mode: str = SPECULATIVE
     speculative_config: dict | None = None
     recommendation: Path | None = None
     tokenizer: str | None = None
@@ -61,8 +62,12 @@ def _load_report(path: Path) -> dict:
         raise InputError(f"{path}: not a readable advise JSON report ({exc})") from exc
 
 
-def candidate_config(options: VerifyOptions, report: dict | None) -> dict:
-    """The candidate's speculative config: the option, else the report's recommendation."""
+def candidate_config(options: VerifyOptions, report: dict | None) -> dict | None:
+    """The candidate's speculative config: the option, else the report's recommendation (none for APC)."""
+    if options.mode == APC:
+        if options.speculative_config is not None:
+            raise ConfigError("--compare apc tests prefix caching alone: drop --speculative-config")
+        return None
     if options.speculative_config is not None:
         return options.speculative_config
     if report is not None:
@@ -74,12 +79,22 @@ def candidate_config(options: VerifyOptions, report: dict | None) -> dict:
     raise ConfigError("nothing to verify: pass --speculative-config JSON or --recommendation report.json")
 
 
-def predictions_from_report(report: dict | None, config: dict) -> dict:
-    """The engine's predictions for `config`: the replay entry whose config agrees on every key given, the
-    profile's APC hit rate, and the TPOT ratio when `config` is the one the report recommends."""
+def predictions_from_report(report: dict | None, config: dict | None) -> dict:
+    """The engine's predictions: for a speculative `config` the replay entry whose config agrees on every key
+    given and the TPOT ratio when it is the one the report recommends; always the profile's APC hit rate; for
+    the APC A/B (config None) the TTFT ratio APC on / APC off."""
     if not report:
         return {}
     predicted: dict = {}
+    apc = report.get("apc") or {}
+    if apc.get("hit_rate") is not None:
+        predicted["apc_hit_rate"] = apc["hit_rate"]
+    recommendation = report.get("recommendation") or {}
+    if config is None:
+        ttft = (recommendation.get("predicted") or {}).get("ttft_ms") or {}
+        if ttft.get("apc_on") and ttft.get("apc_off"):
+            predicted["ttft_ratio"] = ttft["apc_on"] / ttft["apc_off"]
+        return predicted
     for entry in list(report.get("replay") or []) + list(report.get("replay_sweep") or []):
         entry_config = entry.get("config") or {}
         if all(entry_config.get(key) == value for key, value in config.items()):
@@ -89,10 +104,6 @@ def predictions_from_report(report: dict | None, config: dict) -> dict:
                 tokens_per_step=entry.get("tokens_per_step"),
             )
             break
-    apc = report.get("apc") or {}
-    if apc.get("hit_rate") is not None:
-        predicted["apc_hit_rate"] = apc["hit_rate"]
-    recommendation = report.get("recommendation") or {}
     tpot = (recommendation.get("predicted") or {}).get("tpot_ms") or {}
     if recommendation.get("speculative_config") == config and tpot.get("baseline") and tpot.get("candidate"):
         predicted["tpot_ratio"] = tpot["candidate"] / tpot["baseline"]
@@ -127,7 +138,7 @@ def prepare(options: VerifyOptions, progress: Progress | None = None) -> VerifyP
         vllm_bin=vllm_executable(options.vllm_python), model=options.model,
         served_model_name=options.served_model_name or Path(options.model).name or options.model,
         bench_tokenizer=bench_tokenizer_path(options), dataset=dataset, candidate_config=config,
-        out_dir=options.out_dir, trials=options.trials, serve_args=options.serve_args, seed=options.seed,
+        out_dir=options.out_dir, trials=options.trials, mode=options.mode, serve_args=options.serve_args, seed=options.seed,
         kv_cache_gib=options.kv_cache_gib, baseline_url=options.baseline_url, candidate_url=options.candidate_url,
     )
 
@@ -148,8 +159,9 @@ def run_verify(options: VerifyOptions, progress: Progress | None = None) -> tupl
     report = _load_report(options.recommendation) if options.recommendation else None
     results = run_plan(plan, options.vllm_python, ready_timeout_s=options.ready_timeout_s,
                        bench_timeout_s=options.bench_timeout_s, progress=progress)
-    predicted = predictions_from_report(report, plan.arms[1].speculative_config or {})
-    verdict = build_verdict(results, predicted=predicted, min_effect=options.min_effect, seed=options.seed)
+    predicted = predictions_from_report(report, plan.arms[1].speculative_config)
+    verdict = build_verdict(results, mode=plan.mode, predicted=predicted, min_effect=options.min_effect,
+                            seed=options.seed)
     record = build_record(plan, results, verdict, logs=list(options.logs),
                           tokenizer=options.tokenizer or options.model,
                           prediction_source=str(options.recommendation) if options.recommendation else None)

@@ -7,12 +7,12 @@ of a trial is the same prompt with the same output length in both arms: the boot
 indices jointly for the two arms (paired) and separately within each trial (stratified), and the ratio is of
 the resampled means. Output throughput exists once per run, so its interval comes from resampling trials.
 
-Rule (stated in every summary): with TPOT the primary metric, because speculative decoding exists to cut
-the time between tokens,
-- confirmed: the 95% interval of the TPOT ratio lies below 1 - min_effect AND the E2EL ratio's lies below 1;
-- refuted: the TPOT ratio's interval lies entirely above 1 - min_effect (an improvement of min_effect or
+Rule (stated in every summary), with a primary metric per mode: TPOT for speculative decoding (it exists to
+cut the time between tokens), TTFT for prefix caching (it only shortens prefill):
+- confirmed: the 95% interval of the primary ratio lies below 1 - min_effect AND the E2EL ratio's below 1;
+- refuted: the primary ratio's interval lies entirely above 1 - min_effect (an improvement of min_effect or
   more is excluded), or the E2EL ratio's lies entirely above 1 (requests got slower end to end);
-- inconclusive: anything else (more trials or requests narrow the intervals).
+- inconclusive: anything else, or a failed control (more trials or requests narrow the intervals).
 """
 from __future__ import annotations
 
@@ -23,21 +23,23 @@ import numpy as np
 
 from advisor.errors import VllmError
 from advisor.verify.metrics import MetricsSnapshot
-from advisor.verify.plan import BASELINE, CANDIDATE
+from advisor.verify.plan import APC, BASELINE, CANDIDATE, SPECULATIVE
 from advisor.verify.runner import StepResult
 
 CONFIRMED, REFUTED, INCONCLUSIVE = "confirmed", "refuted", "inconclusive"
 METRICS = ("tpot", "ttft", "e2el", "itl")
+PRIMARY = {SPECULATIVE: "tpot", APC: "ttft"}
 ITL_CAVEAT = (
     "ITL is the gap between streamed chunks; with speculation one chunk carries several tokens, so ITL is "
     "not comparable between the arms: judge by TPOT and E2EL"
 )
 
 
-def rule_text(min_effect: float) -> str:
+def rule_text(min_effect: float, primary: str = "tpot") -> str:
+    name = primary.upper()
     return (
-        f"confirmed if the 95% interval of the TPOT ratio (candidate/baseline) lies below {1 - min_effect:.2f} and "
-        f"that of the E2EL ratio below 1; refuted if the TPOT interval lies above {1 - min_effect:.2f} or the E2EL "
+        f"confirmed if the 95% interval of the {name} ratio (candidate/baseline) lies below {1 - min_effect:.2f} and "
+        f"that of the E2EL ratio below 1; refuted if the {name} interval lies above {1 - min_effect:.2f} or the E2EL "
         "interval above 1; otherwise inconclusive"
     )
 
@@ -158,8 +160,9 @@ def measured_figures(metrics: MetricsSnapshot) -> dict:
     }
 
 
-def controls(results: Sequence[StepResult]) -> list[dict]:
-    """Checks that the A/B was fair; each is {name, ok, detail}. A failed check makes the verdict inconclusive."""
+def controls(results: Sequence[StepResult], mode: str = SPECULATIVE) -> list[dict]:
+    """Checks that the A/B was fair and exercised what it tests; each is {name, ok, detail}. A failed check
+    makes the verdict inconclusive."""
     checks = []
     by_trial: dict[int, dict[str, StepResult]] = {}
     for result in results:
@@ -175,50 +178,59 @@ def controls(results: Sequence[StepResult]) -> list[dict]:
     base_spec = any(r.metrics.spec_drafts for r in results if r.arm == BASELINE)
     checks.append({"name": "baseline does not speculate", "ok": not base_spec,
                    "detail": "the baseline server's spec-decode counters stayed at zero"})
-    cand_drafts = all(r.metrics.spec_drafts > 0 for r in results if r.arm == CANDIDATE)
-    checks.append({"name": "candidate proposed drafts", "ok": cand_drafts,
-                   "detail": "the candidate's /metrics counted drafts in every trial (else nothing was tested)"})
+    if mode == APC:
+        base_hits = any(r.metrics.prefix_cache_hits for r in results if r.arm == BASELINE)
+        checks.append({"name": "baseline reads no prefix cache", "ok": not base_hits,
+                       "detail": "the baseline server (--no-enable-prefix-caching) counted no prefix-cache hits"})
+        cand_hits = all(r.metrics.prefix_cache_hits > 0 for r in results if r.arm == CANDIDATE)
+        checks.append({"name": "candidate hit the prefix cache", "ok": cand_hits,
+                       "detail": "the candidate's /metrics counted prefix-cache hits in every trial (only full "
+                                 "KV blocks hit: prompts must share a prefix of at least one block)"})
+    else:
+        cand_drafts = all(r.metrics.spec_drafts > 0 for r in results if r.arm == CANDIDATE)
+        checks.append({"name": "candidate proposed drafts", "ok": cand_drafts,
+                       "detail": "the candidate's /metrics counted drafts in every trial (else nothing was tested)"})
     counted = all(r.metrics.generation_tokens >= r.bench.get("total_output_tokens", 0) for r in results)
     checks.append({"name": "server counted the bench's tokens", "ok": counted,
                    "detail": "/metrics generation tokens between the scrapes >= the bench's output tokens"})
     return checks
 
 
-def decide(tpot: Ratio, e2el: Ratio, checks: list[dict], min_effect: float) -> tuple[str, str]:
-    """Apply the rule (module docstring); returns (verdict, reason)."""
+def decide(primary: Ratio, e2el: Ratio, checks: list[dict], min_effect: float) -> tuple[str, str]:
+    """Apply the rule (module docstring) with `primary` (TPOT or TTFT); returns (verdict, reason)."""
     failed = [check["name"] for check in checks if not check["ok"]]
     if failed:
         return INCONCLUSIVE, "control failed: " + "; ".join(failed)
-    bar = 1 - min_effect
-    if tpot.high < bar and e2el.high < 1:
-        return CONFIRMED, f"TPOT ratio {tpot.ratio:.3f} [{tpot.low:.3f}, {tpot.high:.3f}] < {bar:.2f}, E2EL also lower"
-    if tpot.low > bar:
-        return REFUTED, f"TPOT ratio {tpot.ratio:.3f} [{tpot.low:.3f}, {tpot.high:.3f}] excludes a gain of {min_effect:.0%}"
+    bar, name = 1 - min_effect, primary.metric.upper()
+    shown = f"{name} ratio {primary.ratio:.3f} [{primary.low:.3f}, {primary.high:.3f}]"
+    if primary.high < bar and e2el.high < 1:
+        return CONFIRMED, f"{shown} < {bar:.2f}, E2EL also lower"
+    if primary.low > bar:
+        return REFUTED, f"{shown} excludes a gain of {min_effect:.0%}"
     if e2el.low > 1:
         return REFUTED, f"E2EL ratio {e2el.ratio:.3f} [{e2el.low:.3f}, {e2el.high:.3f}]: requests got slower end to end"
     return INCONCLUSIVE, (
-        f"TPOT ratio {tpot.ratio:.3f} [{tpot.low:.3f}, {tpot.high:.3f}], E2EL ratio {e2el.ratio:.3f} "
-        f"[{e2el.low:.3f}, {e2el.high:.3f}]: the intervals do not settle it; add trials or requests"
+        f"{shown}, E2EL ratio {e2el.ratio:.3f} [{e2el.low:.3f}, {e2el.high:.3f}]: the intervals do not settle it; "
+        "add trials or requests"
     )
 
 
-def compare_predictions(predicted: dict, measured: dict, tpot: Ratio) -> list[dict]:
+def compare_predictions(predicted: dict, measured: dict, ratios: dict[str, Ratio], mode: str) -> list[dict]:
     """Rows of predicted versus measured for the figures the engine predicts (absent predictions: None)."""
-    rows = []
-    for key, label in (
-        ("acceptance_rate", "acceptance rate"),
-        ("mean_acceptance_length", "mean acceptance length"),
-        ("tokens_per_step", "tokens per target step"),
-        ("apc_hit_rate", "APC hit rate"),
-    ):
-        rows.append({"figure": label, "key": key, "predicted": predicted.get(key), "measured": measured.get(key)})
-    rows.append({"figure": "TPOT ratio (candidate/baseline)", "key": "tpot_ratio",
-                 "predicted": predicted.get("tpot_ratio"), "measured": tpot.ratio})
+    figures = [("apc_hit_rate", "APC hit rate")]
+    if mode == SPECULATIVE:
+        figures = [("acceptance_rate", "acceptance rate"), ("mean_acceptance_length", "mean acceptance length"),
+                   ("tokens_per_step", "tokens per target step"), *figures]
+    rows = [{"figure": label, "key": key, "predicted": predicted.get(key), "measured": measured.get(key)}
+            for key, label in figures]
+    primary = PRIMARY[mode]
+    rows.append({"figure": f"{primary.upper()} ratio (candidate/baseline)", "key": f"{primary}_ratio",
+                 "predicted": predicted.get(f"{primary}_ratio"), "measured": ratios[primary].ratio})
     return rows
 
 
-def build_verdict(results: Sequence[StepResult], *, predicted: dict | None = None, min_effect: float = 0.02,
-                  resamples: int = 2000, seed: int = 0) -> dict:
+def build_verdict(results: Sequence[StepResult], *, mode: str = SPECULATIVE, predicted: dict | None = None,
+                  min_effect: float = 0.02, resamples: int = 2000, seed: int = 0) -> dict:
     """The verdict section of the record: ratios, controls, verdict and reason, predicted vs measured."""
     base = [r.bench for r in results if r.arm == BASELINE]
     cand = [r.bench for r in results if r.arm == CANDIDATE]
@@ -226,22 +238,27 @@ def build_verdict(results: Sequence[StepResult], *, predicted: dict | None = Non
         raise VllmError(f"need the same number of baseline and candidate runs, got {len(base)} and {len(cand)}")
     ratios = {m: bootstrap_ratio(m, base, cand, resamples=resamples, seed=seed) for m in METRICS}
     ratios["output_throughput"] = throughput_ratio(base, cand, resamples=resamples, seed=seed)
-    checks = controls(results)
-    verdict, reason = decide(ratios["tpot"], ratios["e2el"], checks, min_effect)
+    checks = controls(results, mode)
+    verdict, reason = decide(ratios[PRIMARY[mode]], ratios["e2el"], checks, min_effect)
     measured = {
         BASELINE: measured_figures(_sum([r.metrics for r in results if r.arm == BASELINE])),
         CANDIDATE: measured_figures(_sum([r.metrics for r in results if r.arm == CANDIDATE])),
     }
-    # Prediction rows compare with the candidate's speculation figures and the baseline's prefix cache.
-    measured_view = dict(measured[CANDIDATE], apc_hit_rate=measured[BASELINE]["apc_hit_rate"])
+    # Predictions compare with the candidate's figures; in the speculative A/B both arms run APC alike and the
+    # baseline's hit rate is the one without speculation's look-ahead effects.
+    measured_view = dict(measured[CANDIDATE])
+    if mode == SPECULATIVE:
+        measured_view["apc_hit_rate"] = measured[BASELINE]["apc_hit_rate"]
     return {
+        "mode": mode,
+        "primary_metric": PRIMARY[mode],
         "verdict": verdict,
         "reason": reason,
-        "rule": rule_text(min_effect),
+        "rule": rule_text(min_effect, PRIMARY[mode]),
         "min_effect": min_effect,
         "ratios": {name: ratio.to_dict() for name, ratio in ratios.items()},
         "itl_caveat": ITL_CAVEAT,
         "controls": checks,
         "measured": measured,
-        "predicted_vs_measured": compare_predictions(predicted or {}, measured_view, ratios["tpot"]),
+        "predicted_vs_measured": compare_predictions(predicted or {}, measured_view, ratios, mode),
     }
