@@ -8,9 +8,9 @@ steps (ngram and suffix propose nothing when the context has no match) and token
 
 Accepted tokens are counted against the logged continuation. At a request's last step a draft may run past
 the logged end, and vLLM counts what the model would accept there; those tokens are estimated from the
-acceptance measured at the same draft positions (`expected_past_end`). Large logs are sampled (seeded): ngram by a
-uniform sample of requests, suffix (whose global tree depends on every earlier output) by a window of
-consecutive requests; the result says how and carries 95% percentile-bootstrap intervals over requests.
+acceptance measured at the same draft positions (`expected_past_end`). Large logs are sampled (seeded):
+ngram by a uniform sample of requests, suffix (whose global tree depends on every earlier output) by a
+window of consecutive requests; the result says how and carries 95% bootstrap intervals over requests.
 """
 from __future__ import annotations
 
@@ -63,8 +63,9 @@ class SpecReplay:
     `config` is the normalised speculative config (vLLM's defaults filled in). `num_accepted_tokens` counts
     draft tokens that match the logged output; `num_accepted_past_end` is the expected number vLLM also
     accepts beyond the logged end at requests' last steps (`expected_past_end`); acceptance_rate and
-    mean_acceptance_length include it. Ratios are None when their denominator is 0. `sampled` says whether only `num_requests` of `population_requests` were replayed;
-    then `intervals` holds 95% bootstrap intervals for the ratios.
+    mean_acceptance_length include it. Ratios are None when their denominator is 0. `sampled` says whether
+    only `num_requests` of `population_requests` were measured and `sampling` how; then `intervals` holds
+    95% bootstrap intervals for the ratios.
     """
 
     method: str

@@ -1,11 +1,11 @@
 """Compiled (numba) port of arctic-inference 0.1.1's suffix tree and of the replay loop that drives it.
 
-Line-for-line the same operations as `advisor.measure.suffix` (itself a literal port of
-csrc/suffix_decoding/suffix_tree.cc), with nodes and count groups stored in int64 arrays (one row per id, so a node's fields share
-cache lines; -1 for null), children in one open-addressing hash table keyed by (parent << 32) | token (linear probing,
-backward-shift deletion; faster than numba's typed dict), free lists for removed nodes and groups,
-and sequences read from the caller's token array. tests/test_suffix.py checks it against the Python port,
-which tests/test_replay_vllm.py checks against the real extension.
+The same operations as tests/suffix_reference.py (itself a literal port of csrc/suffix_decoding/
+suffix_tree.cc): nodes and count groups live in int64 arrays, one row per id so that a node's fields share
+cache lines (-1 for null); children in one open-addressing hash table keyed by (parent << 32) | token
+(linear probing, backward-shift deletion: faster than numba's typed dict); free lists recycle removed nodes
+and groups; sequences are read from the caller's token array. tests/test_suffix.py checks it against the
+Python port, tests/test_replay_vllm.py against the real extension.
 """
 from __future__ import annotations
 
