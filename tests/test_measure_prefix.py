@@ -12,13 +12,12 @@ vLLM semantics pinned here (vLLM 0.33):
 """
 from __future__ import annotations
 
-import hashlib
 import json
 
 import numpy as np
 import pytest
 
-from advisor.measure.prefix import ROOT_HASH, PrefixBlocks, block_hashes, prefix_sharing
+from advisor.measure.prefix import GOLDEN, ROOT_HASH, PrefixBlocks, block_hashes, prefix_sharing
 
 B = 16
 RNG = np.random.default_rng(11)
@@ -29,12 +28,19 @@ def tokens(count: int, low: int = 1000) -> np.ndarray:
 
 
 def reference_block_hashes(ids: list[int], block_size: int) -> list[int]:
-    """The documented formula, written out: blake2b-64 of parent hash || int32 little-endian tokens."""
-    parent, out = ROOT_HASH, []
+    """The documented formula, written out with Python integers: s = mix(s + (t + 1) * GOLDEN) mod 2**64."""
+    mask = (1 << 64) - 1
+
+    def mix(value: int) -> int:
+        value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & mask
+        return value ^ (value >> 31)
+
+    state, out = ROOT_HASH, []
     for start in range(0, len(ids) - block_size + 1, block_size):
-        data = b"".join(t.to_bytes(4, "little") for t in ids[start : start + block_size])
-        parent = hashlib.blake2b(parent + data, digest_size=8).digest()
-        out.append(int.from_bytes(parent, "little"))
+        for token in ids[start : start + block_size]:
+            state = mix((state + (token + 1) * GOLDEN) & mask)
+        out.append(state)
     return out
 
 
