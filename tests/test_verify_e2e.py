@@ -134,3 +134,16 @@ def test_ctrl_c_during_the_bench_leaves_no_vllm_process(vllm_python, tiny_model,
         time.sleep(0.2)
     assert _processes_of_run(out) == []
     assert not (out / "record.json").exists()
+
+
+def test_server_that_fails_to_start_is_a_clear_error_with_its_log_tail(vllm_python, tiny_model, tmp_path):
+    """vLLM refuses a max-model-len beyond the model's positions (vllm/config/model.py) before any engine
+    starts: verify must exit with the vLLM error code and the tail of the server log, leaving nothing running."""
+    out = tmp_path / "run"
+    argv = _verify_argv(vllm_python, tiny_model, out, trials=1, max_requests=2) + ["--serve-arg=--max-model-len 99999999"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 6, done.stderr[-3000:]
+    assert "exited with code" in done.stderr and "trial1-baseline.server.log" in done.stderr
+    assert "max_model_len" in done.stderr.split("last lines of", 1)[1]  # the reason, from vLLM's own log
+    assert _processes_of_run(out) == []
+    assert not (out / "record.json").exists()

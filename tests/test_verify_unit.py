@@ -334,3 +334,20 @@ def test_cli_dry_run_script_runs_every_step_and_leaves_no_server(tmp_path):
         assert (run / f"{stem}.metrics.before.txt").read_text().startswith("# TYPE")
         assert (run / f"{stem}.metrics.after.txt").is_file()
     assert _live_processes_running(str(fake)) == []
+
+
+def test_predictions_read_a_real_profile_report():
+    """The keys verify reads are those `advise LOGS --json` writes (replay entries, apc, recommendation)."""
+    from advisor.cli import cli
+
+    result = CliRunner().invoke(cli, ["profile", str(LOG), "--json", "--no-sweep"])
+    assert result.exit_code == 0, result.output[-2000:]
+    report = json.loads(result.stdout)
+    entry = report["replay"][0]
+    predicted = predictions_from_report(report, entry["config"])
+    assert predicted["acceptance_rate"] == entry["acceptance_rate"]
+    assert predicted["mean_acceptance_length"] == entry["mean_acceptance_length"]
+    assert predicted["apc_hit_rate"] == report["apc"]["hit_rate"]
+    recommended = report["recommendation"]["speculative_config"]
+    if recommended:
+        assert 0 < predictions_from_report(report, recommended)["tpot_ratio"]

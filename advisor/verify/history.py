@@ -128,8 +128,8 @@ def render_markdown(record: dict) -> str:
         label = f"{name.upper() if name != 'output_throughput' else 'output throughput'} ({units[name]})"
         lines.append(f"| {label} | {_num(ratio['baseline'], 2)} | {_num(ratio['candidate'], 2)} | "
                      f"{_num(ratio['ratio'])} | [{_num(ratio['ci95'][0])}, {_num(ratio['ci95'][1])}] |")
-    lines += ["", f"Below 1 is better for latencies, above 1 for throughput. {verdict['itl_caveat']}.", "",
-              "## Controls", ""]
+    caveat = f" {verdict['itl_caveat']}." if verdict.get("itl_caveat") else ""
+    lines += ["", f"Below 1 is better for latencies, above 1 for throughput.{caveat}", "", "## Controls", ""]
     for check in verdict["controls"]:
         lines.append(f"- [{'x' if check['ok'] else ' '}] {check['name']}: {check['detail']}")
     lines += ["", "## Predicted versus measured", "", "| figure | predicted | measured |", "|---|---:|---:|"]

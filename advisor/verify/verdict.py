@@ -257,7 +257,7 @@ def build_verdict(results: Sequence[StepResult], *, mode: str = SPECULATIVE, pre
         "rule": rule_text(min_effect, PRIMARY[mode]),
         "min_effect": min_effect,
         "ratios": {name: ratio.to_dict() for name, ratio in ratios.items()},
-        "itl_caveat": ITL_CAVEAT,
+        "itl_caveat": ITL_CAVEAT if mode == SPECULATIVE else None,
         "controls": checks,
         "measured": measured,
         "predicted_vs_measured": compare_predictions(predicted or {}, measured_view, ratios, mode),
