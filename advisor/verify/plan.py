@@ -136,7 +136,8 @@ class VerifyPlan:
             "# runs the bench, scrapes /metrics again and stops the group.",
             "set -euo pipefail",
             *(f"export {key}={q(value)}" for key, value in sorted(env.items())),
-            f"mkdir -p {q(str(self.out_dir))}",
+            "mkdir -p " + " ".join(q(str(path)) for path in (
+                self.out_dir, *(env[key] for key in ("TMPDIR", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR") if key in env))),
             "PORT=${PORT:-8000}",
             "SERVER_PGID=''",
             "stop_server() {",

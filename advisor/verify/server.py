@@ -55,14 +55,16 @@ def free_port() -> int:
 
 
 def vllm_env(
-    scratch_dir: Path, tmp_dir: Path, kv_cache_gib: float = 1.0, base: Mapping[str, str] | None = None
+    scratch_dir: Path, tmp_dir: Path, kv_cache_gib: float = 1.0, base: Mapping[str, str] | None = None,
+    create: bool = True,
 ) -> dict[str, str]:
     """Environment for an offline, tidy vLLM on this CPU: no hub, no usage stats, caches in the scratch dir.
 
     vLLM otherwise writes caches and socket files into ~/.cache and /tmp and keeps them after the run.
+    `create=False` only names the folders (for a printed plan, which makes them itself).
     """
     env = dict(os.environ if base is None else base)
-    for sub in ("vllm-cache", "inductor"):
+    for sub in ("vllm-cache", "inductor") if create else ():
         (scratch_dir / sub).mkdir(parents=True, exist_ok=True)
     env.update(
         VLLM_CPU_KVCACHE_SPACE=f"{kv_cache_gib:g}",

@@ -17,7 +17,7 @@ from advisor.verify.dataset import build_dataset
 from advisor.verify.history import build_record, save_record
 from advisor.verify.plan import APC, SPECULATIVE, VerifyPlan, make_plan
 from advisor.verify.runner import run_plan
-from advisor.verify.server import short_tmp_dir, vllm_env, vllm_executable
+from advisor.verify.server import MAX_IPC_DIR_CHARS, vllm_env, vllm_executable
 from advisor.verify.verdict import build_verdict
 
 Progress = Callable[[str], None]
@@ -144,13 +144,12 @@ def prepare(options: VerifyOptions, progress: Progress | None = None) -> VerifyP
 
 
 def dry_run_script(plan: VerifyPlan) -> str:
-    """The plan as a shell script, with the same environment the servers would get."""
+    """The plan as a shell script, with the environment the servers would get (the script makes its folders;
+    a scratch path too long for vLLM's IPC sockets gets /tmp as TMPDIR, see `short_tmp_dir`)."""
     scratch = plan.out_dir / "scratch"
-    tmp, owned = short_tmp_dir(scratch)
-    env = vllm_env(scratch, tmp if not owned else Path("/tmp"), plan.kv_cache_gib, base={})
-    if owned:
-        tmp.rmdir()
-    return plan.to_shell(env)
+    tmp = scratch / "tmp"
+    return plan.to_shell(vllm_env(scratch, tmp if len(str(tmp)) <= MAX_IPC_DIR_CHARS else Path("/tmp"),
+                                  plan.kv_cache_gib, base={}, create=False))
 
 
 def run_verify(options: VerifyOptions, progress: Progress | None = None) -> tuple[dict, Path, Path]:
