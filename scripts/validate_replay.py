@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from advisor.ingest import read_requests  # noqa: E402
 from advisor.measure.apc import simulate_apc  # noqa: E402
 from advisor.measure.prefix import PrefixBlocks  # noqa: E402
-from advisor.measure.specreplay import replay_config  # noqa: E402
+from advisor.measure.specreplay import kv_footprint, replay_config  # noqa: E402
 from advisor.tokenize import RequestTokenizer, load_tokenizer  # noqa: E402
 from advisor.verify.metrics import scrape_metrics  # noqa: E402
 from advisor.verify.server import VllmServer, http_get  # noqa: E402
@@ -153,6 +153,7 @@ def run_arm(name: str, config: dict, temperature: float, args: argparse.Namespac
         block_size,
         None if blocks is None else blocks - 1,  # vLLM keeps one null block out of the pool
         output_tokens=[len(o) for _, o in pairs],
+        footprint=kv_footprint(config, pairs, max_model_len=MAX_MODEL_LEN),
     )
     vllm_side = {
         "num_drafts": live.spec_drafts,

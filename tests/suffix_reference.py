@@ -14,7 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from advisor.measure.ngram import (
-    ACCEPTED, COUNTER_COLUMNS, DECODE_STEPS, DRAFT_TOKENS, DRAFTS, NO_LIMIT, OUTPUT_TOKENS, TAIL_AT, TAIL_LEN,
+    ACCEPTED, COUNTER_COLUMNS, DECODE_STEPS, DRAFT_TOKENS, DRAFTS, LAST_CONTEXT, MAX_SLOTS, NO_LIMIT,
+    OUTPUT_TOKENS, TAIL_AT, TAIL_LEN,
 )
 
 _F32 = np.float32
@@ -464,6 +465,8 @@ def reference_replay(
         if not output:
             continue
         counters[r, :, OUTPUT_TOKENS] = len(output)
+        counters[r, :, LAST_CONTEXT] = len(prompt)
+        counters[r, :, MAX_SLOTS] = len(prompt)
         if not wanted[r]:
             _, seq_id = cache.start(())
             cache.add(None, seq_id, output)
@@ -480,6 +483,8 @@ def reference_replay(
                     continue
                 row = counters[r, ki]
                 row[DECODE_STEPS] += 1
+                row[LAST_CONTEXT] = t
+                row[MAX_SLOTS] = max(row[MAX_SLOTS], t)
                 accepted = 0
                 if t < limit:
                     pattern = context[max(0, t - max_tree_depth) : t]
@@ -491,6 +496,7 @@ def reference_replay(
                         if accepted == len(context) - t and len(draft) > accepted:
                             row[TAIL_AT] = accepted
                             row[TAIL_LEN] = len(draft)
+                        row[MAX_SLOTS] = max(row[MAX_SLOTS], t + len(draft))
                         row[DRAFTS] += 1
                         row[DRAFT_TOKENS] += len(draft)
                         row[ACCEPTED] += accepted

@@ -174,6 +174,7 @@ def _simulate(
     lookup_blocks: np.ndarray,
     prompt_cached_blocks: np.ndarray,
     decode_start: np.ndarray,
+    decode_end: np.ndarray,
     held_blocks: np.ndarray,
     arrivals: np.ndarray,
     durations: np.ndarray,
@@ -211,7 +212,7 @@ def _simulate(
         now = arrivals[r] if r < count else np.inf
         while len(running) > 0 and running[0][0] <= now:
             _, done = heapq.heappop(running)
-            hashed, freed = _finish(done, chains, chain_offsets, decode_start, held, held_offsets, ref,
+            hashed, freed = _finish(done, chains, chain_offsets, decode_start, decode_end, held, held_offsets, ref,
                                     block_hash, copy_head, copy_tail, copy_next, copy_prev, prev, nxt, ends)
             ever_hashed += hashed
             num_free += freed
@@ -238,7 +239,7 @@ def _simulate(
             end, done = heapq.heappop(running)
             now = max(now, end)
             status[r] = 1
-            hashed, freed = _finish(done, chains, chain_offsets, decode_start, held, held_offsets, ref,
+            hashed, freed = _finish(done, chains, chain_offsets, decode_start, decode_end, held, held_offsets, ref,
                                     block_hash, copy_head, copy_tail, copy_next, copy_prev, prev, nxt, ends)
             ever_hashed += hashed
             num_free += freed
@@ -294,17 +295,16 @@ def _cache_block(block, h, block_hash, copy_head, copy_tail, copy_next, copy_pre
 
 
 @njit(cache=True)
-def _finish(r, chains, chain_offsets, decode_start, held, held_offsets, ref, block_hash, copy_head,
-            copy_tail, copy_next, copy_prev, prev, nxt, ends) -> tuple[int, int]:
+def _finish(r, chains, chain_offsets, decode_start, decode_end, held, held_offsets, ref, block_hash,
+            copy_head, copy_tail, copy_next, copy_prev, prev, nxt, ends) -> tuple[int, int]:
     """Cache the request's decode blocks, then free its blocks in reverse order (hashed ones to the tail,
     the others to the head of the free queue). Returns (blocks newly hashed, blocks back in the queue)."""
     start = chain_offsets[r]
-    chain_len = chain_offsets[r + 1] - start
     base = held_offsets[r]
     size = held_offsets[r + 1] - base
     hashed = 0
     freed = 0
-    for j in range(decode_start[r], min(chain_len, size)):
+    for j in range(decode_start[r], decode_end[r]):
         hashed += _cache_block(held[base + j], chains[start + j], block_hash, copy_head, copy_tail,
                                copy_next, copy_prev)
     front = -1  # the last block prepended so far, to keep prepend_n's order
@@ -346,20 +346,24 @@ def simulate_apc(
     output_tokens: Sequence[int] | np.ndarray | None = None,
     arrivals: Sequence[float] | np.ndarray | None = None,
     durations: Sequence[float] | np.ndarray | None = None,
+    footprint: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> ApcResult:
     """Replays `requests` (arrival order) through a cache of `capacity` blocks (None: infinite).
 
     `output_tokens` sizes each request's blocks (prompt + output - 1 tokens; 0 when unknown). Without
-    `arrivals`, requests run one after another (each finishes before the next arrives).
+    `arrivals`, requests run one after another (each finishes before the next arrives). With speculative
+    decoding, pass `footprint` = (cached tokens, KV slots) per request from
+    `advisor.measure.specreplay.kv_footprint`: the tokens the last step emits are never hashed, and draft
+    tokens reserve slots.
     """
-    result, _ = _Prepared(requests, block_size, output_tokens, arrivals, durations).run(capacity)
+    result, _ = _Prepared(requests, block_size, output_tokens, arrivals, durations, footprint).run(capacity)
     return result
 
 
 class _Prepared:
     """The arrays a replay needs, computed once for all the capacities of a curve."""
 
-    def __init__(self, requests, block_size, output_tokens, arrivals, durations):
+    def __init__(self, requests, block_size, output_tokens, arrivals, durations, footprint=None):
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
         count = len(requests)
@@ -379,8 +383,17 @@ class _Prepared:
         self.lookup = np.minimum(self.prompt_blocks, np.maximum(self.prompt - 1, 0) // block_size)
         self.prompt_cached = np.minimum(self.prompt_blocks, self.prompt // block_size)
         held_tokens = self.prompt + np.maximum(outputs - 1, 0)
+        chain_sizes = np.diff(self.chain_offsets)
+        # Decode blocks hashed at the end: the chain beyond the prompt's, all of it without a footprint.
+        self.decode_end = np.maximum(chain_sizes, self.prompt_blocks)
+        if footprint is not None:
+            cached, slots = (np.asarray(v, np.int64) for v in footprint)
+            if cached.shape != (count,) or slots.shape != (count,):
+                raise ValueError("footprint needs (cached tokens, KV slots) for every request")
+            self.decode_end = np.maximum(np.minimum(chain_sizes, cached // block_size), self.prompt_blocks)
+            held_tokens = np.maximum(held_tokens, slots)
         # A chain may be longer than the tokens suggest (a trace's partial last block has an id too).
-        self.held = np.maximum(-(-held_tokens // block_size), np.diff(self.chain_offsets))
+        self.held = np.maximum(-(-held_tokens // block_size), chain_sizes)
         if arrivals is None:
             self.arrival = np.arange(count, dtype=np.float64)
             self.duration = np.full(count, 0.5)
@@ -399,7 +412,8 @@ class _Prepared:
         hits = np.zeros(count, np.int64)
         status = np.zeros(count, np.int64)
         ever = _simulate(self.chains, self.chain_offsets, self.lookup, self.prompt_cached, self.prompt_blocks,
-                         self.held, self.arrival, self.duration, cap, self.num_hashes, hits, status)
+                         self.decode_end, self.held, self.arrival, self.duration, cap, self.num_hashes, hits,
+                         status)
         hit_tokens = hits * self.block_size
         total = int(self.prompt.sum())
         result = ApcResult(
@@ -424,10 +438,11 @@ def apc_report(
     arrivals: Sequence[float] | np.ndarray | None = None,
     durations: Sequence[float] | np.ndarray | None = None,
     fractions: Sequence[float] = CURVE_FRACTIONS,
+    footprint: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> ApcReport:
     """Ceiling (infinite cache), hit rate at `capacity` blocks, and the curve at `fractions` of the blocks
-    the ceiling needs (plus `capacity` itself when given)."""
-    prepared = _Prepared(requests, block_size, output_tokens, arrivals, durations)
+    the ceiling needs (plus `capacity` itself when given); `footprint` as in `simulate_apc`."""
+    prepared = _Prepared(requests, block_size, output_tokens, arrivals, durations, footprint)
     ceiling, needed = prepared.run(None)
     at_capacity = prepared.run(capacity)[0] if capacity is not None else None
     sizes = sorted({max(1, int(round(needed * f))) for f in fractions} | ({capacity} if capacity else set()))

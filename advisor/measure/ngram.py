@@ -31,8 +31,11 @@ from numba import njit
 # Columns of the per-request counter array returned by `replay_ngram` (and `suffix.replay_suffix`).
 # TAIL_AT/TAIL_LEN: when the last step's draft matched every remaining logged token (TAIL_AT of them) and
 # was longer (TAIL_LEN tokens), vLLM verifies the rest against tokens the log does not hold.
-DRAFTS, DRAFT_TOKENS, ACCEPTED, DECODE_STEPS, OUTPUT_TOKENS, TAIL_AT, TAIL_LEN = range(7)
-COUNTER_COLUMNS = 7
+# LAST_CONTEXT: context length at the request's last scheduled step (vLLM hashes the full blocks of that many
+# tokens: the tokens the last step emits are never cached); MAX_SLOTS: the most KV slots a step reserved
+# (context + draft tokens), which sets how many blocks the request holds. Both feed the APC replay.
+DRAFTS, DRAFT_TOKENS, ACCEPTED, DECODE_STEPS, OUTPUT_TOKENS, TAIL_AT, TAIL_LEN, LAST_CONTEXT, MAX_SLOTS = range(9)
+COUNTER_COLUMNS = 9
 NO_LIMIT = np.iinfo(np.int64).max // 4  # max_model_len when the caller gives none
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -137,9 +140,13 @@ def _replay_one(
         for ki in range(ks.shape[0]):
             k = ks[ki]
             # The prefill step emits the first output token without a draft.
+            counters[w, ki, LAST_CONTEXT] = prompt_len
+            counters[w, ki, MAX_SLOTS] = prompt_len
             t = prompt_len + 1
             while t < total:
                 counters[w, ki, DECODE_STEPS] += 1
+                counters[w, ki, LAST_CONTEXT] = t
+                counters[w, ki, MAX_SLOTS] = max(counters[w, ki, MAX_SLOTS], t)
                 step = t - prompt_len
                 accepted = 0
                 if draft_start[w, step] >= 0 and t < max_model_len:
@@ -150,6 +157,7 @@ def _replay_one(
                         if accepted == total - t and length > accepted:
                             counters[w, ki, TAIL_AT] = accepted
                             counters[w, ki, TAIL_LEN] = length
+                        counters[w, ki, MAX_SLOTS] = max(counters[w, ki, MAX_SLOTS], t + length)
                         counters[w, ki, DRAFTS] += 1
                         counters[w, ki, DRAFT_TOKENS] += length
                         counters[w, ki, ACCEPTED] += accepted
@@ -193,7 +201,7 @@ def replay_ngram(
     """Replays every (prompt_ids, output_ids) request for every window (min_n, max_n) and every k.
 
     Returns (counters, per_pos): counters[r, w, ki, :] holds request r's DRAFTS, DRAFT_TOKENS, ACCEPTED,
-    DECODE_STEPS, OUTPUT_TOKENS, TAIL_AT and TAIL_LEN; per_pos[w, ki, i] = drafts whose first i + 1 tokens were accepted
+    DECODE_STEPS, OUTPUT_TOKENS, TAIL_AT, TAIL_LEN, LAST_CONTEXT and MAX_SLOTS; per_pos[w, ki, i] = drafts whose first i + 1 tokens were accepted
     (vLLM's num_accepted_tokens_per_pos). Requests are independent for ngram, so order does not matter.
     """
     if not windows or not ks:

@@ -254,6 +254,28 @@ def sweep(
     return ReplaySweep(tuple(replays))
 
 
+def kv_footprint(
+    spec_config: dict, requests: Sequence[TokenizedRequest], max_model_len: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per request, under this speculative config: (tokens whose full blocks vLLM caches, KV slots reserved).
+
+    vLLM hashes a request's full blocks up to its token count when it schedules a step
+    (vllm/v1/core/kv_cache_manager.py `allocate_slots` -> `cache_blocks`), so the tokens its last step emits
+    are never cached: prompt + output - 1 without speculation, fewer when the last step accepts drafts. Each
+    step reserves slots for its draft tokens too. `advisor.measure.apc.simulate_apc(footprint=...)` uses
+    both. Replays every request (suffix over the whole log, in order).
+    """
+    config = normalize_config(spec_config)
+    k = config["num_speculative_tokens"]
+    if config["method"] == "suffix":
+        counters, _, _ = _suffix_counters(config, [k], requests, max_model_len, None, 0)
+        rows = counters[:, 0]
+    else:
+        window = (config["prompt_lookup_min"], config["prompt_lookup_max"])
+        rows = ngram.replay_ngram(list(requests), [window], [k], max_model_len)[0][:, 0, 0]
+    return rows[:, ngram.LAST_CONTEXT].copy(), rows[:, ngram.MAX_SLOTS].copy()
+
+
 def _suffix_counters(
     config: dict, ks: Sequence[int], requests: Sequence[TokenizedRequest], max_model_len: int | None,
     token_budget: int | None, seed: int,

@@ -12,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from advisor.measure.ngram import ACCEPTED, DECODE_STEPS, DRAFT_TOKENS, DRAFTS, OUTPUT_TOKENS, TAIL_AT, TAIL_LEN
+from advisor.measure.ngram import (
+    ACCEPTED, DECODE_STEPS, DRAFT_TOKENS, DRAFTS, LAST_CONTEXT, MAX_SLOTS, OUTPUT_TOKENS, TAIL_AT, TAIL_LEN,
+)
 
 COUNT, TOKEN, LENGTH, REF_SEQ, REF_IDX, PARENT, HEAD, TAIL, NEXT, PREV, GROUP, NCHILD = range(12)
 NODE_FIELDS = 12
@@ -601,6 +603,8 @@ def _replay_kernel(tokens, offsets, prompt_lens, wanted, ks, max_depth, max_cach
             continue
         for ki in range(ks.shape[0]):
             counters[r, ki, OUTPUT_TOKENS] = outputs
+            counters[r, ki, LAST_CONTEXT] = prompt
+            counters[r, ki, MAX_SLOTS] = prompt
         if max_cached != 0:
             fifo[fifo_end] = r
             fifo_end += 1
@@ -638,6 +642,8 @@ def _replay_kernel(tokens, offsets, prompt_lens, wanted, ks, max_depth, max_cach
                     continue
                 k = ks[ki]
                 counters[r, ki, DECODE_STEPS] += 1
+                counters[r, ki, LAST_CONTEXT] = t
+                counters[r, ki, MAX_SLOTS] = max(counters[r, ki, MAX_SLOTS], t)
                 accepted = 0
                 if t < limit:
                     budget = min(k, limit - t - 1)
@@ -659,6 +665,7 @@ def _replay_kernel(tokens, offsets, prompt_lens, wanted, ks, max_depth, max_cach
                         if accepted == remaining and length > accepted:
                             counters[r, ki, TAIL_AT] = accepted
                             counters[r, ki, TAIL_LEN] = length
+                        counters[r, ki, MAX_SLOTS] = max(counters[r, ki, MAX_SLOTS], t + length)
                         counters[r, ki, DRAFTS] += 1
                         counters[r, ki, DRAFT_TOKENS] += length
                         counters[r, ki, ACCEPTED] += accepted
