@@ -197,3 +197,29 @@ def test_kv_bytes_per_token():
     # DeepSeek-V3 MLA: 61 layers x (512 + 64) x 2 bytes, no factor 2, not split by TP.
     assert kv_bytes_per_token(61, 128, 128, 2, tensor_parallel_size=8, kv_lora_rank=512, qk_rope_head_dim=64) == 70272
     assert capacity_blocks(16 * 131072 * 10, 131072, 16) == 9  # vLLM's null block is not usable
+
+
+def test_speculative_footprint_caches_less_and_holds_more():
+    """vLLM hashes blocks up to the token count at scheduling (kv_cache_manager.py `allocate_slots` ->
+    `cache_blocks`): the tokens a request's last step emits are never cached. Without speculation the first
+    request caches prompt + output[:-1] = 11 tokens (2 blocks); a last step starting at context 9 caches the
+    same 2 blocks, one starting at context 7 only 1, so the follow-up hits 4 tokens instead of 8."""
+    first = blocks(list(range(6)), [10, 11, 12, 13, 14, 15])  # caches prompt + output[:-1] = 11 tokens
+    follow = blocks(list(range(6)) + [10, 11, 12, 13, 14, 15, 99])
+    plain = simulate_apc([first, follow], B, None, output_tokens=[6, 0])
+    assert plain.per_request_hit_tokens.tolist() == [0, 8]
+    footprint = (np.array([9, 13]), np.array([12, 13]))
+    spec = simulate_apc([first, follow], B, None, output_tokens=[6, 0], footprint=footprint)
+    assert spec.per_request_hit_tokens.tolist() == [0, 8]
+    short = (np.array([7, 13]), np.array([12, 13]))
+    assert simulate_apc([first, follow], B, None, output_tokens=[6, 0], footprint=short).hit_tokens == 4
+
+
+def test_kv_footprint_from_the_ngram_replay():
+    """Prompt 1 2 3 1 2 3, output 1 2 3 4: after the prefill's 1, context 7 drafts [2, 3, 1] (k=3, lookup 1-3),
+    accepts 2 3 and emits 4 as the bonus: the last step starts at context 7 and reserves 7 + 3 slots."""
+    from advisor.measure.specreplay import kv_footprint
+
+    config = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    cached, slots = kv_footprint(config, [(np.array([1, 2, 3, 1, 2, 3]), np.array([1, 2, 3, 4]))])
+    assert cached.tolist() == [7] and slots.tolist() == [10]
