@@ -46,17 +46,14 @@ def cli() -> None:
 
 
 def _register() -> None:
+    from advisor.cli.lint import lint_command
     from advisor.cli.profile import profile_command
+    from advisor.cli.verify import verify_command
+    from advisor.cli.whatif import whatif_command
 
-    cli.add_command(profile_command, "profile")
-    for module, name in (("advisor.cli.lint", "lint"), ("advisor.cli.whatif", "whatif"), ("advisor.cli.verify", "verify")):
-        try:
-            mod = __import__(module, fromlist=[f"{name}_command"])
-        except ModuleNotFoundError as error:
-            if error.name != module:
-                raise
-            continue
-        cli.add_command(getattr(mod, f"{name}_command"), name)
+    for name, command in (("profile", profile_command), ("lint", lint_command), ("whatif", whatif_command),
+                          ("verify", verify_command)):
+        cli.add_command(command, name)
 
 
 _register()
