@@ -56,6 +56,8 @@ class ProfileOptions:
     max_replay_requests: int | None = 20_000
     gpu: str | None = None
     tp: int = 1
+    max_num_seqs: int | None = None  # the deployment's --max-num-seqs (engine default: assumed and stated)
+    request_rate: float | None = None  # business load in req/s, for logs without timestamps
     kv_cache_memory_bytes: int | None = None
     gpu_memory_utilization: float = 0.92
     recommend: bool = True
@@ -133,7 +135,10 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None) -> 
     if options.recommend:
         from advisor.engine.decide import EngineOptions, decide
 
-        recommendation = decide(report, features, EngineOptions(model=options.model, gpu=options.gpu, tp=options.tp))
+        recommendation = decide(report, features, EngineOptions(
+            model=options.model, gpu=options.gpu, tp=options.tp, max_num_seqs=options.max_num_seqs,
+            request_rate=options.request_rate,
+        ))
         report["recommendation"] = recommendation.to_dict()
         report["candidates"] = recommendation.candidates_dict()
     return Profile(report=report, features=features, recommendation=recommendation)

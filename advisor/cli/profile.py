@@ -30,6 +30,9 @@ def _speculative_config(_ctx: click.Context, _param: click.Parameter, value: str
 @click.option("--model", help="Target model id or local dir (implies its tokenizer and config when found locally).")
 @click.option("--gpu", help="GPU of the deployment, e.g. H100 (default: assumed and stated in the report).")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel size.")
+@click.option("--max-num-seqs", type=click.IntRange(min=1), help="The deployment's --max-num-seqs (default: assumed and stated).")
+@click.option("--request-rate", type=click.FloatRange(min=0, min_open=True),
+              help="Business load in requests/s, for logs without timestamps.")
 @click.option("--block-size", type=click.IntRange(min=1), default=16, show_default=True,
               help="vLLM KV block size for prefix caching (16 on GPU, 128 on vLLM's CPU backend).")
 @click.option("--hash-block-size", type=click.IntRange(min=1), default=512, show_default=True,
@@ -46,8 +49,9 @@ def _speculative_config(_ctx: click.Context, _param: click.Parameter, value: str
 @click.option("--checklist", type=click.Path(dir_okay=False, writable=True), help="Write the pre-deployment checklist (Markdown) to FILE.")
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokenizer: str | None, model: str | None,
-                    gpu: str | None, tp: int, block_size: int, hash_block_size: int, speculative_config: dict | None,
-                    no_replay: bool, no_sweep: bool, max_replay_requests: int, no_recommend: bool, as_json: bool, out: str | None,
+                    gpu: str | None, tp: int, max_num_seqs: int | None, request_rate: float | None,
+                    block_size: int, hash_block_size: int, speculative_config: dict | None, no_replay: bool,
+                    no_sweep: bool, max_replay_requests: int, no_recommend: bool, as_json: bool, out: str | None,
                     checklist: str | None, no_progress: bool) -> None:
     """Profile LOGS (files, .gz, or - for stdin) and advise on APC and speculative decoding."""
     from advisor.profile import ProfileOptions, build_profile
@@ -58,7 +62,8 @@ def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokeni
     if checklist and no_recommend:
         raise ConfigError("--checklist needs the recommendation: drop --no-recommend")
     options = ProfileOptions(
-        paths=logs, fmt=fmt, strict=strict, tokenizer=tokenizer, model=model, gpu=gpu, tp=tp, block_size=block_size,
+        paths=logs, fmt=fmt, strict=strict, tokenizer=tokenizer, model=model, gpu=gpu, tp=tp, max_num_seqs=max_num_seqs,
+        request_rate=request_rate, block_size=block_size,
         hash_block_size=hash_block_size, speculative_config=speculative_config, replay=not no_replay,
         sweep=not no_sweep,
         max_replay_requests=max_replay_requests, recommend=not no_recommend,
