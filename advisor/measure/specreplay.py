@@ -40,6 +40,8 @@ SUFFIX_DEFAULTS = {
     "suffix_decoding_min_token_prob": 0.1,
 }
 NGRAM_DEFAULT_LOOKUP = 5
+# ngram_gpu applies the same rule in tensors (vllm/v1/spec_decode/ngram_proposer_gpu.py: earliest occurrence
+# leaving room for a draft token, longest n with a match).
 REPLAYABLE = ("ngram", "ngram_gpu", "suffix")
 
 TokenizedRequest = tuple[np.ndarray, np.ndarray]  # (prompt token ids, output token ids)
