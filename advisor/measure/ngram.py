@@ -192,6 +192,21 @@ def _replay_batch(
         )
 
 
+def pack_requests(requests: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tokens, offsets, prompt_lens) for the compiled replays: request r is tokens[offsets[r]:offsets[r + 1]],
+    its prompt the first prompt_lens[r] of them, its output the rest."""
+    lengths = np.zeros(len(requests) + 1, dtype=np.int64)
+    prompt_lens = np.zeros(len(requests), dtype=np.int64)
+    parts = []
+    for r, (prompt, output) in enumerate(requests):
+        prompt_lens[r] = len(prompt)
+        lengths[r + 1] = len(prompt) + len(output)
+        parts.append(np.asarray(prompt, dtype=np.int64))
+        parts.append(np.asarray(output, dtype=np.int64))
+    tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return tokens, np.cumsum(lengths), prompt_lens
+
+
 def replay_ngram(
     requests: Sequence[tuple[np.ndarray, np.ndarray]],
     windows: Sequence[tuple[int, int]],
@@ -212,16 +227,7 @@ def replay_ngram(
     if min(ks) < 1:
         raise ValueError(f"num_speculative_tokens must be >= 1, got {min(ks)}")
     count = len(requests)
-    lengths = np.zeros(count + 1, dtype=np.int64)
-    prompt_lens = np.zeros(count, dtype=np.int64)
-    parts = []
-    for r, (prompt, output) in enumerate(requests):
-        prompt_lens[r] = len(prompt)
-        lengths[r + 1] = len(prompt) + len(output)
-        parts.append(np.asarray(prompt, dtype=np.int64))
-        parts.append(np.asarray(output, dtype=np.int64))
-    offsets = np.cumsum(lengths)
-    tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    tokens, offsets, prompt_lens = pack_requests(requests)
     counters = np.zeros((count, len(windows), len(ks), COUNTER_COLUMNS), dtype=np.int64)
     per_pos = np.zeros((len(windows), len(ks), max(ks)), dtype=np.int64)
     _replay_batch(

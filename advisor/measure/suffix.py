@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from advisor.measure.ngram import COUNTER_COLUMNS, NO_LIMIT
+from advisor.measure.ngram import COUNTER_COLUMNS, NO_LIMIT, pack_requests
 from advisor.measure.suffix_tree import _replay_kernel
 
 
@@ -55,21 +55,13 @@ def replay_suffix(
     if max_tree_depth < 1 or max_cached_requests < 0:
         raise ValueError("need max_tree_depth >= 1 and max_cached_requests >= 0")
     count = len(requests)
-    lengths = np.zeros(count + 1, dtype=np.int64)
-    prompt_lens = np.zeros(count, dtype=np.int64)
-    parts = []
-    for r, (prompt, output) in enumerate(requests):
-        prompt_lens[r] = len(prompt)
-        lengths[r + 1] = len(prompt) + len(output)
-        parts.append(np.asarray(prompt, dtype=np.int64))
-        parts.append(np.asarray(output, dtype=np.int64))
-    tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    tokens, offsets, prompt_lens = pack_requests(requests)
     wanted = np.zeros(count, dtype=np.bool_)
     wanted[np.arange(count) if speculate_for is None else speculate_for] = True
     counters = np.zeros((count, ks.size, COUNTER_COLUMNS), dtype=np.int64)
     per_pos = np.zeros((ks.size, int(ks.max())), dtype=np.int64)
     _replay_kernel(
-        tokens, np.cumsum(lengths), prompt_lens, wanted, ks, int(max_tree_depth), int(max_cached_requests),
+        tokens, offsets, prompt_lens, wanted, ks, int(max_tree_depth), int(max_cached_requests),
         np.float32(max_spec_factor), np.float32(min_token_prob),
         NO_LIMIT if max_model_len is None else int(max_model_len), counters, per_pos,
     )
