@@ -167,7 +167,7 @@ def _free_unlink(block: int, prev: np.ndarray, nxt: np.ndarray, ends: np.ndarray
     nxt[block] = -1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # releases the GIL: replays run side by side in threads
 def _simulate(
     chains: np.ndarray,
     chain_offsets: np.ndarray,

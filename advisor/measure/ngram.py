@@ -167,7 +167,7 @@ def _replay_one(
             counters[w, ki, OUTPUT_TOKENS] += total - prompt_len
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # releases the GIL: replays run side by side in threads
 def _replay_batch(
     tokens: np.ndarray,
     offsets: np.ndarray,

@@ -82,7 +82,7 @@ def _mark_found(pool: np.ndarray, bounds: np.ndarray, vocabulary: np.ndarray, le
                 found[level_offsets[n - 1] + number] = True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # releases the GIL: replays run side by side in threads
 def _count(output: np.ndarray, pools: np.ndarray, bounds: np.ndarray, max_n: int) -> np.ndarray:
     """Row 0: the output's n-gram positions per n; row 1 + p: how many occur in pool p.
 

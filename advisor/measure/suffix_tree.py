@@ -577,7 +577,7 @@ def _speculate(tree, tokens, ctx, cstart, cend, max_spec_tokens, factor, min_pro
     return best_len, best_score
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # releases the GIL: replays run side by side in threads
 def _replay_kernel(tokens, offsets, prompt_lens, wanted, ks, max_depth, max_cached, factor, min_prob, limit,
                    counters, per_pos):
     count = prompt_lens.shape[0]
