@@ -285,9 +285,11 @@ def _candidate_for_group(
                 return run(by_k[k] if k in by_k else _zero_point(best), rate)
 
             table_typical, table_peak = tabled(base_typical, workload.typical_rate), tabled(base_peak, workload.peak_rate)
-            # No worse at the observed load is enough: the table also covers loads the log did not show
+            better = table_peak.tpot_ms < peak.tpot_ms or table_typical.tpot_ms < typical.tpot_ms
+            # No worse at the observed load is enough too: the table also covers loads the log did not show
             # (a saturated server's batch swings as queues drain), where the bands' k pays.
-            if table_peak.tpot_ms <= peak.tpot_ms or table_typical.tpot_ms <= typical.tpot_ms:
+            no_worse = table_peak.tpot_ms <= peak.tpot_ms and table_typical.tpot_ms <= typical.tpot_ms
+            if better or no_worse:
                 config["num_speculative_tokens"] = max(band[2] for band in bands) or best.k
                 config["num_speculative_tokens_per_batch_size"] = bands
                 typical, peak = table_typical, table_peak
