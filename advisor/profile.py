@@ -1,9 +1,10 @@
-"""The profile: ingest -> tokenize -> measure, assembled into the versioned report document.
+"""The profile: ingest -> tokenize -> measure -> engine -> emit, assembled into the typed report document.
 
-This module is the only place that wires the stages together. It streams the logs in batches (the reader
-never holds a whole JSONL file), tokenizes each batch with the per-piece cache, and keeps per request only
-what the measurements need: lengths, times, block-hash chains and, for the replays, token ids. The
-measurements themselves are pure functions in `advisor.measure`.
+This module is the only place that wires the stages together (it sits above them, below the CLI). It streams
+the logs in batches (the reader never holds a whole JSONL file), tokenizes each batch with the per-piece
+cache, and keeps per request only what the measurements need: lengths, times, block-hash chains and, for
+the replays, token ids. The measurements themselves are pure functions in `advisor.measure`; each result
+becomes a section of `advisor.report.Report` under the names the measurement gives it.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,9 +21,25 @@ from advisor import __version__
 from advisor.errors import ConfigError
 from advisor.ingest import IngestStats, read_requests
 from advisor.measure import arrivals, overlap, prefix, sampling, stats
-from advisor.measure.stats import json_float
 from advisor.record import Request
-from advisor.report import SCHEMA_VERSION
+from advisor.report import (
+    Apc,
+    Arrivals,
+    Disabled,
+    Ingest,
+    InputFile,
+    Lengths,
+    Overlap,
+    Prefix,
+    ProfileOptions,
+    Replay,
+    Report,
+    Sampling,
+    TokenizerSection,
+    section,
+)
+
+__all__ = ["Profile", "ProfileOptions", "build_profile", "recommend"]
 
 BATCH_REQUESTS = 256
 # Without logged latencies, a request holds its KV blocks for this long per output token in the APC replay.
@@ -41,37 +58,16 @@ Progress = Callable[[int], None]
 
 
 @dataclass(frozen=True)
-class ProfileOptions:
-    """Everything that changes what the profile computes; recorded in the report under `options`."""
-
-    paths: tuple[str, ...]
-    fmt: str | None = None
-    strict: bool = False
-    tokenizer: str | None = None
-    model: str | None = None
-    hash_block_size: int = 512  # tokens per entry of a trace's hash_ids (Mooncake)
-    block_size: int = 16  # vLLM's KV block size: 16 on GPU, 128 on vLLM's CPU backend
-    speculative_config: dict | None = None  # replay exactly this config instead of the sweep
-    replay: bool = True  # ngram/suffix replays (and the APC simulation)
-    sweep: bool = True
-    max_replay_requests: int | None = 20_000
-    gpu: str | None = None
-    tp: int = 1
-    max_num_seqs: int | None = None  # the deployment's --max-num-seqs (engine default: assumed and stated)
-    request_rate: float | None = None  # business load in req/s, for logs without timestamps
-    kv_cache_memory_bytes: int | None = None
-    gpu_memory_utilization: float = 0.92
-    recommend: bool = True
-    seed: int = 0
-
-
-@dataclass
 class Profile:
-    """The report document plus per-request feature arrays (for the engine's segmentation)."""
+    """The report document plus per-request feature arrays (for the engine's segmentation).
 
-    report: dict[str, Any]
+    The features stay beside the document, not in it: one float per request and feature would make the JSON
+    grow with the log, and they serve only the segmentation the engine runs once, here (a saved report
+    carries its segments).
+    """
+
+    report: Report
     features: dict[str, np.ndarray] = field(default_factory=dict)
-    recommendation: Any = None  # advisor.engine.decide.Recommendation when the engine ran
 
 
 @dataclass
@@ -132,17 +128,18 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None) -> 
 
     report = _assemble(options, ingest_stats, collected, tokenizer_state)
     features = _features(collected)
-    recommendation = None
     if options.recommend:
-        from advisor.engine.decide import EngineOptions, decide
+        report = recommend(report, features)
+    return Profile(report=report, features=features)
 
-        recommendation = decide(report, features, EngineOptions(
-            model=options.model, gpu=options.gpu, tp=options.tp, max_num_seqs=options.max_num_seqs,
-            request_rate=options.request_rate,
-        ))
-        report["recommendation"] = recommendation.to_dict()
-        report["candidates"] = recommendation.candidates_dict()
-    return Profile(report=report, features=features, recommendation=recommendation)
+
+def recommend(report: Report, features: dict[str, np.ndarray] | None = None) -> Report:
+    """The report with its `recommendation` section: the engine decides, the emitters render its configs."""
+    from advisor.emit.configs import render_configs
+    from advisor.engine.decide import decide
+
+    recommendation = decide(report, features)
+    return replace(report, recommendation=replace(recommendation, emitted=render_configs(recommendation)))
 
 
 def _tokenizer(options: ProfileOptions, state: dict[str, Any]):
@@ -226,120 +223,84 @@ def _arrival_order(timestamps: np.ndarray) -> np.ndarray:
     return np.argsort(keys, kind="stable")
 
 
-def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: _Collected, tokenizer_state: dict[str, Any]) -> dict[str, Any]:
+def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: _Collected, tokenizer_state: dict[str, Any]) -> Report:
     timestamps = np.array(c.timestamps, dtype=np.float64)
     input_lens = np.array(c.input_lens, dtype=np.float64)
     output_lens = np.array(c.output_lens, dtype=np.float64)
     latencies = np.array(c.latencies, dtype=np.float64)
-    disabled: list[dict[str, str]] = []
-    report: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "advise_version": __version__,
-        "inputs": [_input_entry(path, ingest_stats) for path in options.paths],
-        "options": _options_dict(options),
-        "tokenizer": _tokenizer_entry(tokenizer_state, input_lens, np.array(c.logged_prompt_tokens)),
-        "ingest": {
-            "records_read": ingest_stats.records_read,
-            "requests": ingest_stats.requests,
-            "skipped": ingest_stats.skipped,
-            "skipped_by_reason": dict(ingest_stats.skipped_by_reason),
-            "problems": list(ingest_stats.problems),
-        },
-    }
+    disabled: list[Disabled] = []
 
     known_in = input_lens[~np.isnan(input_lens)]
     known_out = output_lens[~np.isnan(output_lens)]
     both = ~np.isnan(input_lens) & ~np.isnan(output_lens)
     if known_in.size == 0:
-        disabled.append({"analysis": "length distributions", "reason": "no prompt text or token counts in the log"})
-    report["lengths"] = {
+        disabled.append(Disabled("length distributions", "no prompt text or token counts in the log"))
+    lengths = section(Lengths, {
         "input": stats.distribution(known_in).to_dict(),
         "output": stats.distribution(known_out).to_dict() if known_out.size else None,
         "total": stats.distribution(input_lens[both] + output_lens[both]).to_dict() if both.any() else None,
         "decode_share": stats.decode_share(input_lens[both], output_lens[both]) if both.any() else None,
-    }
+    })
     if known_out.size == 0:
-        disabled.append({"analysis": "output lengths", "reason": "no completion text or output token counts"})
+        disabled.append(Disabled("output lengths", "no completion text or output token counts"))
 
-    report["arrivals"] = _arrivals(timestamps, latencies, disabled)
-
+    arrival_section = _arrivals(timestamps, latencies, disabled)
     order = _arrival_order(timestamps)
-    report["prefix"] = _prefix(c, order, options, disabled)
+    prefix_section = _prefix(c, order, options, disabled)
     # The APC replay is compiled and releases the GIL: it runs on the second core beside the proposer replays.
     worker = ThreadPoolExecutor(max_workers=1)
-    apc_job = worker.submit(_apc, c, order, options, timestamps, output_lens, latencies) if report["prefix"] else None
-    report["apc"] = None  # keeps the section's place in the document
+    apc_job = worker.submit(_apc, c, order, options, timestamps, output_lens, latencies) if prefix_section else None
 
+    overlap_section = None
     if c.overlaps:
-        summary = overlap.summarize_overlap(c.overlaps, OVERLAP_MAX_N)
-        summary_dict = summary.to_dict()
-        report["overlap"] = {
-            "prompt": {str(n + 1): share for n, share in enumerate(summary_dict["prompt_share"])},
-            "conversation": (
-                {str(n + 1): share for n, share in enumerate(summary_dict["context_share"])}
-                if summary.context_requests
-                else None
-            ),
-            "detail": summary_dict,
-        }
+        overlap_section = section(Overlap, overlap.summarize_overlap(c.overlaps, OVERLAP_MAX_N).to_dict())
     else:
-        report["overlap"] = None
-        disabled.append({"analysis": "n-gram overlap and speculative replay", "reason": "no completion text in the log"})
-
-    summary = sampling.sampling_summary(c.sampling_params)
-    sdict = summary.to_dict()
-    report["sampling"] = {
-        "temperature": {
-            "greedy_share": sdict["greedy_share"],
-            "missing_share": sdict["temperature_missing_share"],
-            "p50": sdict["temperature_p50"],
-            "max": sdict["temperature_max"],
-        },
-        "top_p_present_share": sdict["top_p_present_share"],
-    }
+        disabled.append(Disabled("n-gram overlap and speculative replay", "no completion text in the log"))
+    sampling_section = section(Sampling, sampling.sampling_summary(c.sampling_params).to_dict())
     try:
-        report["replay"], report["replay_sweep"] = _replays(c, order, options)
-        report["apc"] = apc_job.result() if apc_job else None
+        replays, sweep = _replays(c, order, options)
+        apc_section = apc_job.result() if apc_job else None
     finally:
         worker.shutdown(cancel_futures=True)
-    report["disabled_analyses"] = disabled
-    return report
+    return Report(
+        advise_version=__version__,
+        inputs=tuple(_input_entry(path, ingest_stats) for path in options.paths),
+        options=options,
+        tokenizer=_tokenizer_entry(tokenizer_state, input_lens, np.array(c.logged_prompt_tokens)),
+        ingest=Ingest(
+            records_read=ingest_stats.records_read,
+            requests=ingest_stats.requests,
+            skipped=ingest_stats.skipped,
+            skipped_by_reason=dict(ingest_stats.skipped_by_reason),
+            problems=tuple(ingest_stats.problems),
+        ),
+        lengths=lengths,
+        arrivals=arrival_section,
+        prefix=prefix_section,
+        apc=apc_section,
+        overlap=overlap_section,
+        sampling=sampling_section,
+        replay=replays,
+        replay_sweep=sweep,
+        disabled_analyses=tuple(disabled),
+    )
 
 
-def _input_entry(path: str, ingest_stats: IngestStats) -> dict[str, Any]:
-    entry: dict[str, Any] = {"path": path, "format": ingest_stats.formats.get(path)}
-    if path != "-" and os.path.isfile(path):
-        entry["bytes"] = os.path.getsize(path)
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-        entry["sha256"] = digest.hexdigest()
-    return entry
+def _input_entry(path: str, ingest_stats: IngestStats) -> InputFile:
+    if path == "-" or not os.path.isfile(path):
+        return InputFile(path, ingest_stats.formats.get(path))
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return InputFile(path, ingest_stats.formats.get(path), os.path.getsize(path), digest.hexdigest())
 
 
-def _options_dict(options: ProfileOptions) -> dict[str, Any]:
-    values = asdict(options)
-    values["paths"] = list(options.paths)
-    return values
-
-
-def _tokenizer_entry(state: dict[str, Any], input_lens: np.ndarray, logged: np.ndarray) -> dict[str, Any] | None:
+def _tokenizer_entry(state: dict[str, Any], input_lens: np.ndarray, logged: np.ndarray) -> TokenizerSection | None:
     """Which tokenizer was used, with a warning when it is not the target's, and a check against logged usage."""
     if "tokenizer" not in state:
         return None
-    info = state["tokenizer"].info
-    entry = {
-        "name": info.name,
-        "source": info.source,
-        "kind": info.kind,
-        "vocab_size": info.vocab_size,
-        "is_default": info.is_default,
-        "chat_template": info.chat_template,
-        "model_match": info.model_match,
-        "warning": info.warning,
-        "usage_check": None,
-    }
+    entry = {**asdict(state["tokenizer"].info), "usage_check": None}
     pairs = ~np.isnan(input_lens) & ~np.isnan(logged) & (logged > 0)
     if pairs.any():
         ratio = input_lens[pairs] / logged[pairs]
@@ -354,35 +315,25 @@ def _tokenizer_entry(state: dict[str, Any], input_lens: np.ndarray, logged: np.n
                 " pass the served model's tokenizer with --tokenizer or --model"
             )
             entry["warning"] = f"{entry['warning']}; {note}" if entry["warning"] else note
-    return entry
+    return section(TokenizerSection, entry, "tokenizer")
 
 
-def _arrivals(timestamps: np.ndarray, latencies: np.ndarray, disabled: list[dict[str, str]]) -> dict[str, Any] | None:
+def _arrivals(timestamps: np.ndarray, latencies: np.ndarray, disabled: list[Disabled]) -> Arrivals | None:
     known = ~np.isnan(timestamps)
     if known.sum() < 2:
-        disabled.append({"analysis": "arrival rate and burstiness", "reason": "fewer than two requests with a timestamp"})
+        disabled.append(Disabled("arrival rate and burstiness", "fewer than two requests with a timestamp"))
         return None
-    profile = arrivals.arrival_profile(timestamps[known])
-    detail = profile.to_dict()
-    result: dict[str, Any] = {
-        "duration_s": detail["duration_s"],
-        "request_rate": detail["mean_rate_rps"],
-        "peak_rate_1s": detail["peak_rate_1s_rps"],
-        "peak_rate_10s": detail["peak_rate_10s_rps"],
-        "peak_rate_60s": detail["peak_bin_rate_rps"] if detail["bin_s"] == 60 else None,
-        "interarrival_cv": detail["interarrival_cv"],
-        "burstiness_gamma_shape": detail["gamma_burstiness"],
-        "concurrency": None,
-        "detail": detail,
-    }
-    if result["peak_rate_60s"] is None and detail["duration_s"] >= 60:
-        result["peak_rate_60s"] = _peak_window_rate(np.sort(timestamps[known]), 60.0)
+    data = arrivals.arrival_profile(timestamps[known]).to_dict()
+    data["peak_rate_60s_rps"] = data["peak_bin_rate_rps"] if data["bin_s"] == 60 else None
+    if data["peak_rate_60s_rps"] is None and data["duration_s"] >= 60:
+        data["peak_rate_60s_rps"] = _peak_window_rate(np.sort(timestamps[known]), 60.0)
+    data["concurrency"] = None
     timed = known & ~np.isnan(latencies)
     if timed.any():
-        result["concurrency"] = arrivals.concurrency(timestamps[timed], latencies[timed]).to_dict()
+        data["concurrency"] = arrivals.concurrency(timestamps[timed], latencies[timed]).to_dict()
     else:
-        disabled.append({"analysis": "observed concurrency", "reason": "no latencies in the log"})
-    return result
+        disabled.append(Disabled("observed concurrency", "no latencies in the log"))
+    return section(Arrivals, data, "arrivals")
 
 
 def _peak_window_rate(sorted_times: np.ndarray, window_s: float) -> float:
@@ -391,10 +342,10 @@ def _peak_window_rate(sorted_times: np.ndarray, window_s: float) -> float:
     return float((ends - np.arange(sorted_times.size)).max() / window_s)
 
 
-def _prefix(c: _Collected, order: np.ndarray, options: ProfileOptions, disabled: list[dict[str, str]]) -> dict[str, Any] | None:
+def _prefix(c: _Collected, order: np.ndarray, options: ProfileOptions, disabled: list[Disabled]) -> Prefix | None:
     chains = [c.chains[i] for i in order if c.chains[i] is not None]
     if not chains:
-        disabled.append({"analysis": "prefix sharing and APC", "reason": "no prompt text and no block hashes"})
+        disabled.append(Disabled("prefix sharing and APC", "no prompt text and no block hashes"))
         return None
     if len(c.chain_sizes) > 1:
         raise ConfigError(
@@ -402,14 +353,11 @@ def _prefix(c: _Collected, order: np.ndarray, options: ProfileOptions, disabled:
             f" (block {options.block_size}): profile them separately"
         )
     block_size = next(iter(c.chain_sizes))
-    result = prefix.prefix_sharing(chains, block_size, cache_outputs=True, top=10)
-    data = result.to_dict()
-    data["ceiling_hit_ratio"] = data.get("ceiling")
-    return data
+    return section(Prefix, prefix.prefix_sharing(chains, block_size, cache_outputs=True, top=10).to_dict(), "prefix")
 
 
 def _apc(c: _Collected, order: np.ndarray, options: ProfileOptions, timestamps: np.ndarray,
-         output_lens: np.ndarray, latencies: np.ndarray) -> dict[str, Any]:
+         output_lens: np.ndarray, latencies: np.ndarray) -> Apc:
     """Finite-cache APC replay at the deployment's KV capacity, with the hit-rate-versus-capacity curve.
 
     Capacity = KV budget / (KV bytes per token per rank x block size), the budget being
@@ -417,16 +365,21 @@ def _apc(c: _Collected, order: np.ndarray, options: ProfileOptions, timestamps: 
     are not known offline: the capacity is an upper bound, and the report says so). Requests hold their
     blocks while they run: from the logged latency, else an assumed decode time per output token.
     """
-    from advisor.engine.knowledge import DEFAULT_GPU, DEFAULT_MODEL, resolve_gpu, resolve_model
+    from advisor.hardware import (
+        DEFAULT_GPU,
+        DEFAULT_MODEL,
+        kv_bytes_per_token_per_rank,
+        resolve_gpu,
+        resolve_model,
+        weight_bytes_per_rank,
+    )
     from advisor.measure import apc
 
     assumptions = []
     model = resolve_model(options.model or DEFAULT_MODEL)
     if not options.model:
         assumptions.append(f"model not given: KV layout of {DEFAULT_MODEL}")
-    per_token = apc.kv_bytes_per_token(
-        model.num_layers, model.num_kv_heads, model.head_dim, 2.0, options.tp, model.mla_kv_dim, 0 if model.mla_kv_dim else None
-    )
+    per_token = kv_bytes_per_token_per_rank(model, options.tp)
     if options.kv_cache_memory_bytes is not None:
         budget = apc.kv_budget_bytes(kv_cache_memory_bytes=options.kv_cache_memory_bytes)
         source = "--kv-cache-memory-bytes"
@@ -434,10 +387,9 @@ def _apc(c: _Collected, order: np.ndarray, options: ProfileOptions, timestamps: 
         gpu = resolve_gpu(options.gpu or DEFAULT_GPU)
         if not options.gpu:
             assumptions.append(f"GPU not given: {gpu.name}")
-        weights = model.total_params * model.weight_bytes_per_param / options.tp
         budget = apc.kv_budget_bytes(
             gpu_memory_bytes=gpu.memory_gb * 1e9, gpu_memory_utilization=options.gpu_memory_utilization,
-            weight_bytes_per_gpu=weights,
+            weight_bytes_per_gpu=weight_bytes_per_rank(model, options.tp),
         )
         source = f"{gpu.name} {gpu.memory_gb:g} GB x {options.gpu_memory_utilization} - weights (upper bound)"
     block_size = next(iter(c.chain_sizes))
@@ -459,49 +411,42 @@ def _apc(c: _Collected, order: np.ndarray, options: ProfileOptions, timestamps: 
                 f"{int(missing.sum()):,} requests without a logged latency hold their blocks for"
                 f" {ASSUMED_DECODE_S_PER_TOKEN * 1000:.0f} ms per output token"
             )
-    result = apc.apc_report(chains, block_size, capacity, outputs, arrivals_s, durations)
-    data = result.to_dict()
-    at_capacity = result.at_capacity
-    data.update(
-        block_size=block_size,
-        capacity_blocks=capacity,
-        capacity_source=source,
-        kv_bytes_per_token=per_token,
-        hit_rate=json_float(at_capacity.hit_rate if at_capacity else None),
-        assumptions=assumptions,
-    )
-    return data
+    data = apc.apc_report(chains, block_size, capacity, outputs, arrivals_s, durations).to_dict()
+    data.update(capacity_source=source, kv_bytes_per_token=per_token, assumptions=assumptions)
+    return section(Apc, data, "apc")
 
 
-def _replays(c: _Collected, order: np.ndarray, options: ProfileOptions) -> tuple[list[dict], list[dict]]:
+def _replays(c: _Collected, order: np.ndarray, options: ProfileOptions) -> tuple[tuple[Replay, ...], tuple[Replay, ...]]:
     if not c.replay_inputs or not options.replay:
-        return [], []
+        return (), ()
     from advisor.measure import specreplay
 
     rank = np.empty(order.size, dtype=np.int64)
     rank[order] = np.arange(order.size)
     by_arrival = sorted(range(len(c.replay_inputs)), key=lambda i: rank[c.replay_rows[i]])
     inputs = [c.replay_inputs[i] for i in by_arrival]
-    kept_all = len(c.replay_inputs) == c.replay_seen
+    budget_sampled = len(c.replay_inputs) != c.replay_seen
     headline = [specreplay.normalize_config(config) for config in HEADLINE_REPLAYS]
     if options.speculative_config is not None:
         headline = [specreplay.normalize_config(options.speculative_config)]
     if options.sweep and options.speculative_config is None:
         suffix_ks = sorted({*specreplay.SWEEP_KS, *(c["num_speculative_tokens"] for c in headline if c["method"] == "suffix")})
-        swept = [r.to_dict() for r in specreplay.sweep(
+        swept = specreplay.sweep(
             inputs, max_requests=options.max_replay_requests, seed=options.seed, suffix_ks=suffix_ks
-        ).replays]
-        replays = [next(r for r in swept if r["config"] == config) for config in headline]
-        sweep = [r for r in swept if r["method"] != "suffix" or r["config"]["num_speculative_tokens"] in specreplay.SWEEP_KS]
+        ).replays
+        replays = [next(r for r in swept if r.config == config) for config in headline]
+        sweep = [r for r in swept if r.method != "suffix" or r.config["num_speculative_tokens"] in specreplay.SWEEP_KS]
     else:
         replays = [
-            specreplay.replay_config(config, inputs, max_requests=options.max_replay_requests, seed=options.seed).to_dict()
+            specreplay.replay_config(config, inputs, max_requests=options.max_replay_requests, seed=options.seed)
             for config in headline
         ]
         sweep = []
-    for entry in replays:
-        entry["token_budget_sampled"] = not kept_all
-    return replays, sweep
+
+    def entry(result: specreplay.SpecReplay) -> Replay:
+        return section(Replay, {**result.to_dict(), "token_budget_sampled": budget_sampled}, "replay")
+
+    return tuple(entry(r) for r in replays), tuple(entry(r) for r in sweep)
 
 
 def _features(c: _Collected) -> dict[str, np.ndarray]:

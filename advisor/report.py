@@ -1,179 +1,615 @@
-"""The report: one versioned JSON-ready document, and its terminal renderer.
+"""The report: one typed, versioned document that carries every result from the profile to the outputs.
 
-`build_profile` produces the document; `--json` serialises it as is and the terminal view is only a renderer
-over it, so a saved report can be re-rendered without recomputing (`advise show report.json`). Sections that a
-stage did not fill are absent or null, and the renderer says why instead of showing a result.
+Each section is a frozen dataclass whose fields have the names the measurement results write
+(`advisor.measure.*` `to_dict()`), one name per figure: a figure is never written twice under two names, and
+a renamed figure is a type error in every reader instead of a silent `None`. The profile builds the
+document (`advisor.profile`), the engine reads it and produces the `recommendation` section
+(`advisor.engine.decide`), and every output renders it alone: the terminal view, the checklist and the
+emitted configs (`advisor.emit`), and the JSON (`to_dict`). `Report.from_dict` reads a saved report back,
+so `advise show report.json` re-renders it without the logs.
+
+This module sits at the bottom of the package with `errors`, `record` and `vllm_vocab`: it imports no stage.
+Bump SCHEMA_VERSION whenever a field is added, removed or renamed.
 """
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-SCHEMA_VERSION = 1
+from advisor.errors import InputError
+from advisor.vllm_vocab import DEFAULT_GPU_MEMORY_UTILIZATION
+
+SCHEMA_VERSION = 2
 
 
-def dumps(report: dict[str, Any]) -> bytes:
-    """Serialise the report (orjson; numpy scalars and arrays allowed)."""
-    return orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE)
+class ReportError(InputError):
+    """A saved report that this version cannot read (another schema version, or a malformed document)."""
 
 
-def _fmt(value: Any, unit: str = "", digits: int = 1) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        text = f"{value:,.{digits}f}"
-    else:
-        text = f"{value:,}"
-    return f"{text}{unit}"
+# ---------------------------------------------------------------------------------------------------------
+# header: inputs, options, tokenizer, ingest
+# ---------------------------------------------------------------------------------------------------------
 
 
-def _pct(value: float | None, digits: int = 1) -> str:
-    return "n/a" if value is None else f"{100 * value:.{digits}f}%"
+@dataclass(frozen=True)
+class InputFile:
+    path: str
+    format: str | None
+    bytes: int | None = None
+    sha256: str | None = None
 
 
-class _Writer:
-    def __init__(self, style: bool):
-        self.lines: list[str] = []
-        self.style = style
+@dataclass(frozen=True)
+class ProfileOptions:
+    """Everything that changes what the profile computes, including the deployment facts the engine needs
+    (model, GPU, tp, --max-num-seqs, business load); recorded in the report as `options`."""
 
-    def heading(self, text: str) -> None:
-        import click
+    paths: tuple[str, ...]
+    fmt: str | None = None
+    strict: bool = False
+    tokenizer: str | None = None
+    model: str | None = None
+    hash_block_size: int = 512  # tokens per entry of a trace's hash_ids (Mooncake)
+    block_size: int = 16  # vLLM's KV block size: 16 on GPU, 128 on vLLM's CPU backend
+    speculative_config: dict | None = None  # replay exactly this config instead of the sweep
+    replay: bool = True  # ngram/suffix replays (and the APC simulation)
+    sweep: bool = True
+    max_replay_requests: int | None = 20_000
+    gpu: str | None = None
+    tp: int = 1
+    max_num_seqs: int | None = None  # the deployment's --max-num-seqs (engine default: assumed and stated)
+    request_rate: float | None = None  # business load in req/s, for logs without timestamps
+    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    recommend: bool = True
+    seed: int = 0
 
-        self.lines.append("")
-        self.lines.append(click.style(text, bold=True) if self.style else text)
 
-    def line(self, text: str = "") -> None:
-        self.lines.append(text)
+@dataclass(frozen=True)
+class UsageCheck:
+    """Our prompt token counts against the usage the log recorded."""
 
-    def warn(self, text: str) -> None:
-        import click
-
-        self.lines.append(click.style(f"! {text}", fg="yellow") if self.style else f"! {text}")
+    requests: int
+    median_ratio: float
+    exact_share: float
 
 
-def _distribution_row(name: str, dist: dict[str, Any] | None) -> str:
-    if not dist or not dist.get("count"):
-        return f"  {name:<8} n/a"
-    cells = [_fmt(dist.get(key), digits=0) for key in ("mean", "p50", "p90", "p99", "p99_9", "max")]
-    return f"  {name:<8} " + " ".join(f"{cell:>9}" for cell in cells)
+@dataclass(frozen=True)
+class TokenizerSection:
+    name: str
+    source: str
+    kind: str
+    vocab_size: int
+    is_default: bool
+    chat_template: bool
+    model_match: bool | None
+    warning: str | None
+    usage_check: UsageCheck | None = None
 
 
-def render_terminal(report: dict[str, Any], style: bool = False) -> str:
-    """Human-readable report. Never includes prompt or completion text."""
-    out = _Writer(style)
-    inputs = report.get("inputs", [])
-    out.line(f"advise {report.get('advise_version', '?')}: profile of {', '.join(i['path'] for i in inputs)}")
-    for item in inputs:
-        out.line(f"  {item['path']}: format {item['format']}")
-    tok = report.get("tokenizer")
-    if tok:
-        out.line(f"  tokenizer: {tok['name']}")
-        if tok.get("warning"):
-            out.warn(tok["warning"])
+@dataclass(frozen=True)
+class Ingest:
+    records_read: int
+    requests: int
+    skipped: int
+    skipped_by_reason: dict[str, int]
+    problems: tuple[str, ...]
 
-    ingest = report["ingest"]
-    out.heading("Input")
-    out.line(f"  {ingest['requests']:,} requests from {ingest['records_read']:,} records; {ingest['skipped']:,} skipped")
-    for reason, count in sorted(ingest.get("skipped_by_reason", {}).items(), key=lambda kv: -kv[1]):
-        out.line(f"    {count:,} x {reason}")
-    for problem in ingest.get("problems", [])[:5]:
-        out.line(f"    {problem}")
-    if ingest["skipped"] > len(ingest.get("problems", [])[:5]) and ingest.get("problems"):
-        out.line("    ... (all problems are listed in the JSON report, up to its limit)")
-    for item in report.get("disabled_analyses", []):
-        out.warn(f"{item['analysis']} disabled: {item['reason']}")
 
-    lengths = report.get("lengths")
-    if lengths:
-        out.heading("Lengths (tokens)")
-        out.line("  " + " " * 8 + " ".join(f"{h:>9}" for h in ("mean", "p50", "p90", "p99", "p99.9", "max")))
-        out.line(_distribution_row("input", lengths.get("input")))
-        out.line(_distribution_row("output", lengths.get("output")))
-        out.line(_distribution_row("total", lengths.get("total")))
-        out.line(f"  decode share of all tokens: {_pct(lengths.get('decode_share'))}")
+@dataclass(frozen=True)
+class Disabled:
+    """An analysis the logs could not feed, and why."""
 
-    arrivals = report.get("arrivals")
-    if arrivals:
-        out.heading("Arrivals")
-        out.line(
-            f"  {_fmt(arrivals.get('request_rate'), ' req/s', 2)} over {_fmt(arrivals.get('duration_s'), ' s', 0)};"
-            f" peak {_fmt(arrivals.get('peak_rate_1s'), ' req/s (1 s)', 0)}, {_fmt(arrivals.get('peak_rate_60s'), ' req/s (60 s)', 2)}"
-        )
-        cv = arrivals.get("interarrival_cv")
-        kind = "" if cv is None else (" (bursty)" if cv > 1.2 else " (about Poisson)" if cv > 0.8 else " (regular)")
-        out.line(f"  inter-arrival CV {_fmt(cv, digits=2)}{kind}; bench --burstiness {_fmt(arrivals.get('burstiness_gamma_shape'), digits=2)}")
-        conc = arrivals.get("concurrency")
-        if conc:
-            out.line(f"  concurrency from logged latencies: mean {_fmt(conc.get('mean'), digits=1)}, p99 {_fmt(conc.get('p99'), digits=0)}, max {_fmt(conc.get('max'), digits=0)}")
+    analysis: str
+    reason: str
 
-    prefix = report.get("prefix")
-    if prefix:
-        out.heading("Prefix sharing")
-        out.line(
-            f"  infinite-cache ceiling: {_pct(prefix.get('ceiling_hit_ratio'))} of prompt tokens"
-            f" (block {prefix.get('block_size')}, {_pct(prefix.get('requests_with_hit_share'))} of requests hit)"
-        )
-        for top in prefix.get("top_prefixes", [])[:5]:
-            out.line(f"    prefix {top['hash']}: {top['length_tokens']:,} tokens x {top['requests']:,} requests")
-    apc = report.get("apc")
-    if apc:
-        out.line(
-            f"  APC replay: hit rate {_pct(apc.get('hit_rate'))} at {apc.get('capacity_blocks'):,} blocks"
-            f" ({apc.get('capacity_source', '')}); {apc.get('prefill_tokens_saved', 0):,} prefill tokens saved"
-        )
 
-    overlap = report.get("overlap")
-    if overlap and overlap.get("prompt"):
-        out.heading("Output n-gram overlap")
-        shares = overlap["prompt"]
-        out.line("  in prompt:        " + "  ".join(f"{n}-gram {_pct(shares[n], 0)}" for n in sorted(shares)))
-        conv = overlap.get("conversation")
-        if conv:
-            out.line("  in earlier turns: " + "  ".join(f"{n}-gram {_pct(conv[n], 0)}" for n in sorted(conv)))
+# ---------------------------------------------------------------------------------------------------------
+# measurements (field names as advisor.measure's to_dict() writes them)
+# ---------------------------------------------------------------------------------------------------------
 
-    sampling = report.get("sampling")
-    if sampling and sampling.get("temperature"):
-        temp = sampling["temperature"]
-        out.line(f"  sampling: greedy {_pct(temp.get('greedy_share'))}, temperature unknown for {_pct(temp.get('missing_share'))}")
 
-    replays = report.get("replay") or []
-    if replays:
-        out.heading("Speculative decoding replay (what vLLM's counters would report)")
-        for rep in replays:
-            out.line(
-                f"  {rep['method']:<7} {orjson.dumps(rep['config']).decode()}: acceptance {_pct(rep['acceptance_rate'])},"
-                f" mean acceptance length {_fmt(rep['mean_acceptance_length'], digits=2)},"
-                f" drafts on {_pct(rep['draft_step_share'])} of steps, {_fmt(rep['tokens_per_step'], digits=2)} tokens/step"
+@dataclass(frozen=True)
+class Histogram:
+    edges: tuple[float | None, ...]
+    counts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """advisor.measure.stats.Distribution."""
+
+    count: int
+    mean: float | None
+    min: float | None
+    max: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    p99_9: float | None
+    histogram: Histogram
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Token lengths per request: prompt (input), completion (output) and both (total)."""
+
+    input: Distribution
+    output: Distribution | None
+    total: Distribution | None
+    decode_share: float | None
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    """advisor.measure.arrivals.Concurrency: requests in flight from logged latencies."""
+
+    requests: int
+    span_s: float | None
+    mean: float | None
+    p50: int | None
+    p99: int | None
+    max: int | None
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """advisor.measure.arrivals.ArrivalProfile, the busiest minute and the logged concurrency.
+
+    `peak_rate_60s_rps`: the busiest 60 s (the rate bins when they are 60 s wide, else a sliding 60 s
+    window; None for a log shorter than a minute).
+    """
+
+    count: int
+    duration_s: float | None
+    mean_rate_rps: float | None
+    bin_s: float | None
+    counts_per_bin: tuple[int, ...]
+    peak_bin_rate_rps: float | None
+    peak_rate_1s_rps: float | None
+    peak_rate_10s_rps: float | None
+    interarrival_s: Distribution
+    zero_gap_share: float | None
+    smallest_positive_gap_s: float | None
+    interarrival_cv: float | None
+    gamma_burstiness: float | None
+    peak_rate_60s_rps: float | None
+    concurrency: Concurrency | None
+
+
+@dataclass(frozen=True)
+class SharedPrefix:
+    hash: str
+    length_tokens: int
+    requests: int
+    token_volume: int
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """advisor.measure.prefix.PrefixSharing: the infinite-cache prefix-hit ceiling."""
+
+    block_size: int
+    requests: int
+    prompt_tokens: int
+    hit_tokens: int
+    ceiling: float | None
+    requests_with_hit_share: float | None
+    outputs_cached: bool
+    top_prefixes: tuple[SharedPrefix, ...]
+
+
+@dataclass(frozen=True)
+class ApcResult:
+    """advisor.measure.apc.ApcResult: one APC replay at one capacity (None: infinite)."""
+
+    block_size: int
+    capacity_blocks: int | None
+    requests: int
+    prompt_tokens: int
+    hit_tokens: int
+    hit_rate: float | None
+    queued_requests: int
+    unserved_requests: int
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    capacity_blocks: int
+    hit_rate: float | None
+
+
+@dataclass(frozen=True)
+class Apc:
+    """advisor.measure.apc.ApcReport at the deployment's KV capacity, with where that capacity came from."""
+
+    at_capacity: ApcResult | None
+    ceiling: ApcResult
+    blocks_for_ceiling: int
+    curve: tuple[CurvePoint, ...]
+    prefill_tokens_saved: int
+    capacity_source: str
+    kv_bytes_per_token: float
+    assumptions: tuple[str, ...]
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Hit rate at the deployment's capacity (None without one)."""
+        return None if self.at_capacity is None else self.at_capacity.hit_rate
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """advisor.measure.overlap.OverlapSummary: output n-grams found in the prompt / earlier turns (n = 1..)."""
+
+    n: tuple[int, ...]
+    requests: int
+    output_ngrams: tuple[int, ...]
+    prompt_share: tuple[float | None, ...]
+    prompt_share_request_p50: tuple[float | None, ...]
+    context_requests: int
+    context_share: tuple[float | None, ...] | None
+    context_share_request_p50: tuple[float | None, ...]
+
+    def in_prompt(self, n: int) -> float | None:
+        """Share of output n-grams that occur in their prompt (None when n was not measured)."""
+        return self.prompt_share[self.n.index(n)] if n in self.n else None
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """advisor.measure.sampling.SamplingSummary."""
+
+    requests: int
+    temperature_missing_share: float | None
+    greedy_share: float | None
+    temperature_p50: float | None
+    temperature_max: float | None
+    top_p_present_share: float | None
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True)
+class Replay:
+    """advisor.measure.specreplay.SpecReplay: what vLLM's speculative counters would report.
+
+    `token_budget_sampled`: the profile kept token ids for only part of the requests (its memory budget).
+    """
+
+    method: str
+    config: dict
+    num_requests: int
+    population_requests: int
+    num_output_tokens: int
+    decode_steps: int
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    num_accepted_past_end: float | None
+    num_accepted_tokens_per_pos: tuple[int, ...]
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    draft_step_share: float | None
+    tokens_per_step: float | None
+    sampled: bool
+    sampling: str
+    confidence_95: dict[str, Interval]
+    token_budget_sampled: bool
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the recommendation (produced by advisor.engine, rendered by advisor.emit)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """A steady state at one load as the cost model predicts it (rounded for the report)."""
+
+    batch: float
+    step_ms: float
+    tpot_ms: float
+    ttft_ms: float
+    output_tps: float
+    prefill_tokens_per_step: float
+    saturated: bool
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration the engine priced, at typical and peak load."""
+
+    name: str
+    method: str | None
+    speculative_config: dict | None
+    enable_prefix_caching: bool
+    source: str
+    from_replay: bool
+    tokens_per_step: float
+    typical: LoadPoint
+    peak: LoadPoint
+    speedup_typical: float
+    speedup_peak: float
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BaselineVsCandidate:
+    baseline: float
+    candidate: float
+
+
+@dataclass(frozen=True)
+class TypicalPeak:
+    typical: float
+    peak: float
+
+
+@dataclass(frozen=True)
+class TtftPrediction:
+    apc_on: float
+    apc_off: float
+    apc_saving: float
+
+
+@dataclass(frozen=True)
+class RatePrediction:
+    typical: float
+    peak: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """The recommended configuration against no speculation, at the load the arrivals produce."""
+
+    tpot_ms: BaselineVsCandidate
+    tpot_ms_peak: BaselineVsCandidate
+    output_tps: BaselineVsCandidate
+    speedup: TypicalPeak
+    ttft_ms: TtftPrediction
+    batch: TypicalPeak
+    request_rate: RatePrediction
+    calibration: str
+
+
+@dataclass(frozen=True)
+class Confidence:
+    level: str  # high | medium | low (docs/engine.md)
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Target:
+    model: str
+    gpu: str
+    tp: int
+    gpu_given: bool
+
+
+@dataclass(frozen=True)
+class Segment:
+    segment: int
+    requests: int
+    share: float
+    mean: dict[str, float]
+    advice: str
+    silhouette: float
+
+
+@dataclass(frozen=True)
+class DerivedFlag:
+    """A resource flag sized from the workload, with its reason.
+
+    `value` None: the logs cannot size it, so the emitted configs leave the flag out (vLLM's default
+    applies). `confirm`: the value (or vLLM's default, when left out) rests on an assumption the reason
+    names; the checklist asks to confirm it on the deployment.
+    """
+
+    flag: str
+    value: int | float | None
+    reason: str
+    confirm: bool
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """The recommendation as people paste it (rendered by advisor.emit.configs from this document)."""
+
+    serve_command: str
+    config_yaml: str
+    llm_kwargs: dict
+    config_json: dict
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    speculative_config: dict | None
+    enable_prefix_caching: bool
+    evidence: tuple[str, ...]
+    confidence: Confidence
+    predicted: Predicted
+    assumptions: tuple[str, ...]
+    target: Target
+    segments: tuple[Segment, ...]
+    derived_flags: tuple[DerivedFlag, ...]
+    candidates: tuple[Candidate, ...]
+    emitted: Emitted | None = None
+
+    @property
+    def flags_to_confirm(self) -> list[DerivedFlag]:
+        """Resource flags left out or set to vLLM's default on an assumption: to confirm by hand."""
+        return [flag for flag in self.derived_flags if flag.confirm]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the document
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Report:
+    """The whole profile; sections a stage could not fill are None (or empty) and `disabled_analyses` says why."""
+
+    advise_version: str
+    inputs: tuple[InputFile, ...]
+    options: ProfileOptions
+    tokenizer: TokenizerSection | None
+    ingest: Ingest
+    lengths: Lengths
+    arrivals: Arrivals | None
+    prefix: Prefix | None
+    apc: Apc | None
+    overlap: Overlap | None
+    sampling: Sampling
+    replay: tuple[Replay, ...]
+    replay_sweep: tuple[Replay, ...]
+    disabled_analyses: tuple[Disabled, ...]
+    recommendation: Recommendation | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def cached_share(self) -> float:
+        """Share of prompt tokens the prefix cache serves: the APC replay at real capacity when the profile
+        ran it, else the infinite-cache ceiling of the prefix analysis (an upper bound), else 0."""
+        if self.apc is not None and self.apc.hit_rate is not None:
+            return float(self.apc.hit_rate)
+        if self.prefix is not None and self.prefix.ceiling is not None:
+            return float(self.prefix.ceiling)
+        return 0.0
+
+    @property
+    def prefix_ceiling(self) -> float | None:
+        """The infinite-cache hit ratio: from the APC replay when it ran, else from the prefix analysis."""
+        from_apc = self.apc.ceiling.hit_rate if self.apc is not None else None
+        return from_apc or (self.prefix.ceiling if self.prefix is not None else from_apc)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document (`advise LOGS --json`): plain dicts, lists and scalars, `schema_version` first."""
+        data = _encode(self)
+        return {"schema_version": data.pop("schema_version"), **data}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "report") -> Report:
+        """Reads a document written by `to_dict` (a saved `--json` report).
+
+        Raises ReportError naming `source` and the offending key when the schema version differs or a
+        section does not have the expected shape.
+        """
+        if not isinstance(data, dict):
+            raise ReportError(f"{source}: not an advise JSON report (expected an object, got {type(data).__name__})")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ReportError(
+                f"{source}: report schema_version {version!r}, this advise reads version {SCHEMA_VERSION}: "
+                "re-run `advise LOGS --json` with this advise to regenerate it (or show it with the advise that wrote it)"
             )
-    sweep = report.get("replay_sweep") or []
-    if sweep:
-        rows: dict[str, dict[int, float | None]] = {}
-        for rep in sweep:
-            config = rep["config"]
-            if rep["method"] == "suffix":
-                name = "suffix (vLLM defaults)"
-            else:
-                name = f"{rep['method']} window {config.get('prompt_lookup_min')}-{config.get('prompt_lookup_max')}"
-            rows.setdefault(name, {})[config["num_speculative_tokens"]] = rep["tokens_per_step"]
-        ks = sorted({k for row in rows.values() for k in row})
-        out.line("  sweep, tokens per target step by num_speculative_tokens:")
-        out.line("    " + " " * 24 + "".join(f"{'k=' + str(k):>7}" for k in ks))
-        for name, row in rows.items():
-            out.line(f"    {name:<24}" + "".join(f"{_fmt(row.get(k), digits=2):>7}" for k in ks))
+        return _decode(cls, data, source)
 
-    rec = report.get("recommendation")
-    if rec:
-        out.heading("Recommendation")
-        spec = rec.get("speculative_config")
-        out.line(f"  speculative decoding: {orjson.dumps(spec).decode() if spec else 'none'}")
-        out.line(f"  prefix caching: {'on' if rec.get('enable_prefix_caching') else 'off'}")
-        conf = rec.get("confidence") or {}
-        out.line(f"  confidence: {conf.get('level', 'n/a')}")
-        for item in rec.get("evidence", []):
-            out.line(f"   - {item}")
-        emitted = rec.get("emitted") or {}
-        if emitted.get("serve_command"):
-            out.line("")
-            out.line(emitted["serve_command"])
-    return "\n".join(out.lines) + "\n"
+
+def dumps(report: Report) -> bytes:
+    """The report as indented JSON bytes (what `--json` prints and `-o` writes)."""
+    return orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+
+
+def loads(text: bytes | str, source: str = "report") -> Report:
+    """A report from JSON text; ReportError when it is not JSON or not a report of this schema."""
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as error:
+        raise ReportError(f"{source}: not JSON ({error})") from error
+    return Report.from_dict(data, source)
+
+
+def section(cls: type, data: dict[str, Any], source: str = "result") -> Any:
+    """A section from a measurement's `to_dict()` (plus the profile's own fields): the one constructor, so the
+    document in memory equals the document read back from its JSON."""
+    return _decode(cls, data, source)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the codec: dataclasses <-> JSON values, driven by the type hints
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _encode(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_encode(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _encode(item) for key, item in value.items()}
+    return value
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+_SCALARS = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _decode(hint: Any, data: Any, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        arms = typing.get_args(hint)
+        if data is None and type(None) in arms:
+            return None
+        errors = []
+        for arm in arms:
+            if arm is type(None):
+                continue
+            try:
+                return _decode(arm, data, path)
+            except ReportError as error:
+                errors.append(error)
+        raise errors[0] if errors else ReportError(f"{path}: unexpected null")
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(data, dict):
+            raise ReportError(f"{path}: expected an object, got {type(data).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(hint)}
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise ReportError(f"{path}: unknown key(s) {', '.join(unknown)}")
+        hints = _hints(hint)
+        values = {}
+        for name, spec in fields.items():
+            if name in data:
+                values[name] = _decode(hints[name], data[name], f"{path}.{name}")
+            elif spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+                raise ReportError(f"{path}: missing key {name}")
+        return hint(**values)
+    if origin is tuple:
+        if not isinstance(data, (list, tuple)):
+            raise ReportError(f"{path}: expected a list, got {type(data).__name__}")
+        item = typing.get_args(hint)[0]
+        return tuple(_decode(item, value, f"{path}[{index}]") for index, value in enumerate(data))
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise ReportError(f"{path}: expected an object, got {type(data).__name__}")
+        item = typing.get_args(hint)[1]
+        return {key: _decode(item, value, f"{path}.{key}") for key, value in data.items()}
+    if hint is dict:  # free-form JSON objects: speculative configs, LLM kwargs
+        if not isinstance(data, dict):
+            raise ReportError(f"{path}: expected an object, got {type(data).__name__}")
+        return data
+    if hint in _SCALARS:
+        if not isinstance(data, _SCALARS[hint]) or (hint is not bool and isinstance(data, bool)):
+            raise ReportError(f"{path}: expected {hint.__name__}, got {type(data).__name__}")
+        return data
+    if hint is Any:
+        return data
+    raise TypeError(f"{path}: no decoder for {hint!r}")  # a section type this codec does not know: a bug here

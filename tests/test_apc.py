@@ -13,7 +13,7 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from advisor.measure.apc import apc_report, capacity_blocks, kv_bytes_per_token, simulate_apc
+from advisor.measure.apc import apc_report, capacity_blocks, simulate_apc
 from advisor.measure.prefix import PrefixBlocks
 
 B = 4
@@ -189,13 +189,7 @@ def test_report_curve_and_ceiling():
     assert report.prefill_tokens_saved == report.at_capacity.hit_tokens
 
 
-def test_kv_bytes_per_token():
-    # Llama-3-8B: 32 layers, 8 KV heads, head_dim 128, bf16: 128 KiB per token; TP 4 -> 2 heads per rank.
-    assert kv_bytes_per_token(32, 8, 128, 2) == 131072
-    assert kv_bytes_per_token(32, 8, 128, 2, tensor_parallel_size=4) == 32768
-    assert kv_bytes_per_token(32, 8, 128, 2, tensor_parallel_size=16) == 16384  # at least one head per rank
-    # DeepSeek-V3 MLA: 61 layers x (512 + 64) x 2 bytes, no factor 2, not split by TP.
-    assert kv_bytes_per_token(61, 128, 128, 2, tensor_parallel_size=8, kv_lora_rank=512, qk_rope_head_dim=64) == 70272
+def test_capacity_blocks_leave_the_null_block():
     assert capacity_blocks(16 * 131072 * 10, 131072, 16) == 9  # vLLM's null block is not usable
 
 

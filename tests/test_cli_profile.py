@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from advisor.cli import cli
 from advisor.errors import EXIT_BAD_LINES, EXIT_INPUT, EXIT_TOKENIZER, EXIT_USAGE
+from advisor.report import SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -40,7 +41,7 @@ def test_default_command_is_profile():
     default = run_json(str(FIXTURES / "mooncake_trace.jsonl"), "--no-recommend")
     explicit = run_json("profile", str(FIXTURES / "mooncake_trace.jsonl"), "--no-recommend")
     assert default == explicit
-    assert default["schema_version"] == 1 and default["inputs"][0]["format"] == "mooncake"
+    assert default["schema_version"] == SCHEMA_VERSION and default["inputs"][0]["format"] == "mooncake"
 
 
 def test_every_command_has_help():
@@ -63,7 +64,7 @@ def test_text_log_reports_tokenizer_overlap_and_replay():
     report = run_json(str(FIXTURES / "code_editing.jsonl"), "--no-sweep", "--no-recommend")
     assert report["tokenizer"]["is_default"] is True
     assert "approximate" in report["tokenizer"]["warning"]
-    assert report["overlap"]["prompt"]["4"] > 0.5
+    assert report["overlap"]["prompt_share"][3] > 0.5
     assert {r["method"] for r in report["replay"]} == {"ngram", "suffix"}
     for replay in report["replay"]:
         assert replay["num_drafts"] > 0
@@ -166,7 +167,7 @@ def test_azure_real_matches_numpy(real_file):
     assert report["ingest"]["requests"] == len(lines) == 8819
     duration = stamps_arr[-1] - stamps_arr[0]
     assert report["arrivals"]["duration_s"] == pytest.approx(duration, rel=1e-5)
-    assert report["arrivals"]["request_rate"] == pytest.approx((len(lines) - 1) / duration, rel=1e-5)
+    assert report["arrivals"]["mean_rate_rps"] == pytest.approx((len(lines) - 1) / duration, rel=1e-5)
     gaps = np.diff(stamps_arr)
     assert report["arrivals"]["interarrival_cv"] == pytest.approx(gaps.std() / gaps.mean(), rel=1e-4)
     for key, q in (("p50", 50), ("p90", 90), ("p99", 99), ("p99_9", 99.9)):
@@ -177,14 +178,14 @@ def test_azure_real_matches_numpy(real_file):
 def test_sharegpt_real_multiturn(real_file):
     report = run_json(str(real_file("sharegpt_v3_subset.json")), "--no-recommend", "--no-replay")
     assert report["ingest"]["requests"] > 10000
-    assert report["overlap"]["prompt"]["1"] > 0 and report["overlap"]["conversation"]["4"] > 0
+    assert report["overlap"]["prompt_share"][0] > 0 and report["overlap"]["context_share"][3] > 0
     assert report["prefix"]["ceiling"] > 0.3  # later turns resend the whole history
 
 
 def test_swe_agent_real_multiturn(real_file):
     report = run_json(str(real_file("swe_agent_marshmallow_1867.traj")), "--no-recommend", "--no-sweep")
     assert report["ingest"]["requests"] == 13
-    assert report["overlap"]["conversation"] is not None
+    assert report["overlap"]["context_share"] is not None
     assert report["prefix"]["ceiling"] > 0.5
     assert report["replay"][0]["num_requests"] == 13
 

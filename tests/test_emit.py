@@ -7,25 +7,36 @@ YAML semantics: vLLM's --config loader turns `key: true` into `--key` and drops 
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 
 import pytest
 import yaml
 
 from advisor.emit import config_json, config_yaml, llm_kwargs, render_checklist, serve_command
-from advisor.emit.configs import PLACEHOLDER, derive_flags, validate_speculative_config
-from advisor.engine import EngineOptions, decide
-from advisor.engine.knowledge import LEGACY_FLAGS, resolve_model
+from advisor.engine import decide
+from advisor.engine.decide import _validate_speculative_config
+from advisor.engine.sizing import derive_flags
 from advisor.errors import ConfigError
+from advisor.hardware import resolve_gpu, resolve_model
 from advisor.lint import lint_text
+from advisor.profile import recommend
+from advisor.report import DerivedFlag, Recommendation
+from advisor.vllm_vocab import LEGACY_FLAGS, PLACEHOLDER
 from engine_reports import CHAT_MULTITURN, CODE_EDITING, report
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
-FLAGS = [{"flag": "--max-model-len", "value": 8192, "reason": "r1"},
-         {"flag": "--max-num-seqs", "value": PLACEHOLDER, "reason": "r2"}]
+FLAGS = (DerivedFlag("--max-model-len", 8192, "r1", False),
+         DerivedFlag("--max-num-seqs", None, "r2", True))
+BASE = decide(report(**CODE_EDITING))
+
+
+def _rec(config: dict | None = NGRAM, apc: bool = True, flags: tuple[DerivedFlag, ...] = FLAGS[:1]) -> Recommendation:
+    """The recommendation of a hand-built report with the config, APC setting and flags under test."""
+    return replace(BASE, speculative_config=config, enable_prefix_caching=apc, derived_flags=flags)
 
 
 def test_serve_command_has_one_json_config_and_no_legacy_flags() -> None:
-    command = serve_command("meta-llama/Llama-3.1-8B-Instruct", NGRAM, True, FLAGS[:1])
+    command = serve_command(_rec())
     tokens = shlex.split(command.replace("\\\n", " "))
     assert tokens.count("--speculative-config") == 1
     assert not set(tokens) & set(LEGACY_FLAGS)
@@ -34,7 +45,7 @@ def test_serve_command_has_one_json_config_and_no_legacy_flags() -> None:
 
 
 def test_yaml_turns_apc_off_the_way_vllm_reads_it() -> None:
-    text = config_yaml(NGRAM, False, FLAGS[:1])
+    text = config_yaml(_rec(apc=False))
     data = yaml.safe_load(text)
     assert data["no-enable-prefix-caching"] is True and "enable-prefix-caching" not in data
     assert data["speculative-config"] == NGRAM
@@ -43,47 +54,56 @@ def test_yaml_turns_apc_off_the_way_vllm_reads_it() -> None:
 
 
 def test_yaml_without_speculation_is_valid_yaml() -> None:
-    data = yaml.safe_load(config_yaml(None, True, FLAGS[:1]))
+    data = yaml.safe_load(config_yaml(_rec(config=None)))
     assert data == {"enable-prefix-caching": True, "max-model-len": 8192}
 
 
-def test_llm_kwargs_and_json_keep_undecided_values_apart() -> None:
-    kwargs = llm_kwargs("m", NGRAM, True, FLAGS)
+def test_flags_left_out_never_reach_a_command_and_are_listed_apart() -> None:
+    rec = _rec(flags=FLAGS)
+    kwargs = llm_kwargs(rec)
     assert kwargs["speculative_config"] == NGRAM and kwargs["max_model_len"] == 8192
     assert "max_num_seqs" not in kwargs
-    document = config_json("m", NGRAM, True, FLAGS)
+    document = config_json(rec)
     assert document["serve_args"]["max-model-len"] == 8192
     assert document["undecided"] == {"max-num-seqs": "r2"}
+    assert "--max-num-seqs" not in serve_command(rec)
+    assert "max-num-seqs" not in yaml.safe_load(config_yaml(rec))
+    for text in (serve_command(rec), config_yaml(rec), str(kwargs)):
+        assert PLACEHOLDER not in text
 
 
 def test_invalid_speculative_config_is_refused() -> None:
     with pytest.raises(ConfigError, match="disable_by_batch_size"):
-        validate_speculative_config({"method": "ngram", "num_speculative_tokens": 4, "disable_by_batch_size": 8})
-    validate_speculative_config(NGRAM)
+        _validate_speculative_config({"method": "ngram", "num_speculative_tokens": 4, "disable_by_batch_size": 8})
+    _validate_speculative_config(NGRAM)
 
 
 def test_max_model_len_from_observed_p999_with_headroom() -> None:
     model = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
-    small = {"lengths": {"total": {"p99_9": 3000, "mean": 900}, "input": {"p99": 2500}}}
-    flags = {f["flag"]: f for f in derive_flags(small, model, "H100", False, 1, 20, False, 4)}
-    assert flags["--max-model-len"]["value"] == 3328  # 3300 rounded up to a multiple of 256
-    assert "multiple of 256" in flags["--max-model-len"]["reason"]
-    assert flags["--max-num-seqs"]["value"] == 32
-    assert flags["--max-num-batched-tokens"]["value"] == 3072
-    assert flags["--gpu-memory-utilization"]["value"] == 0.92
-    large = {"lengths": {"total": {"p99_9": 20000}}}
-    flags = {f["flag"]: f for f in derive_flags(large, model, "H100", True, 1, None, False, 0)}
-    assert flags["--max-model-len"]["value"] == 22528  # 22000 rounded up to a multiple of 1024
-    assert flags["--max-num-seqs"]["value"] == PLACEHOLDER
-    assert flags["--gpu-memory-utilization"]["value"] == PLACEHOLDER
+    h100 = resolve_gpu("H100")
+    small = report(**CODE_EDITING)
+    small = replace(small, lengths=replace(
+        small.lengths, total=replace(small.lengths.total, p99_9=3000, mean=900),
+        input=replace(small.lengths.input, p99=2500)))
+    flags = {f.flag: f for f in derive_flags(small, model, h100, False, 1, 20, False, 4)}
+    assert flags["--max-model-len"].value == 3328  # 3300 rounded up to a multiple of 256
+    assert "multiple of 256" in flags["--max-model-len"].reason
+    assert flags["--max-num-seqs"].value == 32
+    assert flags["--max-num-batched-tokens"].value == 3072
+    assert flags["--gpu-memory-utilization"].value == 0.92 and not flags["--gpu-memory-utilization"].confirm
+    large = replace(small, lengths=replace(small.lengths, total=replace(small.lengths.total, p99_9=20000)))
+    flags = {f.flag: f for f in derive_flags(large, model, h100, True, 1, None, False, 0)}
+    assert flags["--max-model-len"].value == 22528  # 22000 rounded up to a multiple of 1024
+    assert flags["--max-num-seqs"].value is None and flags["--max-num-seqs"].confirm  # left out: vLLM's default
+    assert flags["--gpu-memory-utilization"].value == 0.92 and flags["--gpu-memory-utilization"].confirm
 
 
 def test_emitted_forms_of_a_recommendation_lint_clean() -> None:
-    result = decide(report(**CODE_EDITING), None, EngineOptions(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100"))
-    emitted = result.emitted
-    assert lint_text(emitted["serve_command"]) == []
-    assert lint_text(emitted["config_yaml"]) == []
-    assert emitted["llm_kwargs"]["speculative_config"] == result.speculative_config
+    decided = recommend(report(**CODE_EDITING, model="meta-llama/Llama-3.1-8B-Instruct"))
+    emitted = decided.recommendation.emitted
+    assert lint_text(emitted.serve_command) == []
+    assert lint_text(emitted.config_yaml) == []
+    assert emitted.llm_kwargs["speculative_config"] == decided.recommendation.speculative_config
 
 
 # Every check of the seed guidance (000_8c9563c4ce42b5f1.txt), by a phrase the checklist must contain.
@@ -98,7 +118,7 @@ SEED_CHECKS = [
     "One JSON `--speculative-config`",
     "no removed legacy flags",
     "sharing the target's vocabulary",
-    "Every YOUR_VALUE replaced",
+    "Values the logs could not decide confirmed",
     "Memory and concurrency flags confirmed for THIS machine",
     "`--kv-cache-memory-bytes`",
     "\"The server starts\" is not \"the config helps\"",
@@ -116,9 +136,7 @@ SEED_CHECKS = [
 
 
 def test_checklist_has_every_seed_check_with_numbers() -> None:
-    data = report(**CHAT_MULTITURN)
-    result = decide(data, None, EngineOptions(gpu="H100"))
-    text = render_checklist(data, result)
+    text = render_checklist(recommend(report(**CHAT_MULTITURN)))
     missing = [phrase for phrase in SEED_CHECKS if phrase not in text]
     assert not missing
     assert "2.00 req/s" in text  # the workload's own rate

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from advisor.engine.cost import CostModel, StepLoad
-from advisor.engine.knowledge import H200_MEASURED_MODEL, resolve_gpu, resolve_model
+from advisor.hardware import H200_MEASURED_MODEL, resolve_gpu, resolve_model
 from advisor.engine.whatif import whatif
 from advisor.errors import ConfigError
 

@@ -7,13 +7,13 @@ per-batch-size table that lowers k (to 0 where drafting stops paying) at high ba
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
-from advisor.engine import EngineOptions, decide
+from advisor.engine import decide
 from advisor.engine.decide import segment_requests
+from advisor.profile import recommend
+from advisor.report import Report
 from engine_reports import (
     CHAT_MULTITURN,
     CODE_EDITING,
@@ -24,7 +24,7 @@ from engine_reports import (
 )
 
 LOOKUP = {"ngram", "suffix"}
-OPTIONS = EngineOptions(gpu="H100")
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
 
 def _replayed_configs(workload: dict) -> list[dict]:
@@ -33,22 +33,22 @@ def _replayed_configs(workload: dict) -> list[dict]:
 
 @pytest.mark.parametrize("workload", [CODE_EDITING, RAG_SUMMARIZATION], ids=["code_editing", "rag_summarization"])
 def test_copying_workloads_get_lookup_speculation_with_k_from_the_replay(workload: dict) -> None:
-    result = decide(report(**workload), None, OPTIONS)
+    result = decide(report(**workload))
     config = result.speculative_config
     assert config is not None and config["method"] in LOOKUP
     base = {key: value for key, value in config.items() if key != "num_speculative_tokens_per_batch_size"}
     assert base in _replayed_configs(workload)  # exactly a replayed setting, k included
-    assert result.predicted["speedup"]["typical"] >= 1.10
+    assert result.predicted.speedup.typical >= 1.10
     assert any("replayed" in line for line in result.evidence)
     assert result.enable_prefix_caching
 
 
 def test_chat_keeps_apc_with_its_hit_ratio_and_no_unpaid_speculation() -> None:
-    result = decide(report(**CHAT_MULTITURN), None, OPTIONS)
+    result = decide(report(**CHAT_MULTITURN))
     assert result.enable_prefix_caching
     assert any("62% of prompt tokens hit" in line for line in result.evidence)
-    assert result.predicted["ttft_ms"]["apc_saving"] > 0
-    assert result.predicted["ttft_ms"]["apc_saving"] > 0
+    assert result.predicted.ttft_ms.apc_saving > 0
+    assert result.predicted.ttft_ms.apc_saving > 0
     # replayed lookups are slower than none here: nothing replay-backed is recommended
     assert result.speculative_config is None or result.speculative_config["method"] not in LOOKUP
 
@@ -56,30 +56,30 @@ def test_chat_keeps_apc_with_its_hit_ratio_and_no_unpaid_speculation() -> None:
 def test_chat_at_low_load_with_a_paying_replay_gets_speculation() -> None:
     paying = {**CHAT_MULTITURN, "rate": 0.2, "peak": 0.5,
               "replay": [e for e in CODE_EDITING["replay"] if e["method"] == "ngram"]}
-    result = decide(report(**paying), None, OPTIONS)
+    result = decide(report(**paying))
     assert result.speculative_config is not None and result.speculative_config["method"] == "ngram"
 
 
 def test_no_overlap_gets_no_lookup_speculation() -> None:
-    result = decide(report(**NO_OVERLAP), None, OPTIONS)
+    result = decide(report(**NO_OVERLAP))
     assert result.speculative_config is None
     assert any(line.startswith("no speculation") for line in result.evidence)
-    with_model = decide(report(**NO_OVERLAP), None, EngineOptions(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100"))
+    with_model = decide(report(**NO_OVERLAP, model=LLAMA))
     assert with_model.speculative_config is None or with_model.speculative_config["method"] not in LOOKUP
 
 
 def test_copy_heavy_at_very_high_rate_gets_none_or_a_table_lowering_k() -> None:
-    result = decide(report(**COPY_HEAVY_HIGH_RATE), None, OPTIONS)
+    result = decide(report(**COPY_HEAVY_HIGH_RATE))
     config = result.speculative_config
     if config is not None:
         table = config["num_speculative_tokens_per_batch_size"]
         assert table[-1][2] < table[0][2]
-    assert result.predicted["batch"]["typical"] > 200
+    assert result.predicted.batch.typical > 200
 
 
 def test_load_that_varies_gets_a_per_batch_size_table() -> None:
     varying = {**COPY_HEAVY_HIGH_RATE, "rate": 5.0, "peak": 200.0}
-    config = decide(report(**varying), None, OPTIONS).speculative_config
+    config = decide(report(**varying)).speculative_config
     table = config["num_speculative_tokens_per_batch_size"]
     assert table[0][0] == 1 and table[-1][1] == 256
     assert all(a[1] + 1 == b[0] for a, b in zip(table, table[1:]))  # contiguous bands
@@ -87,38 +87,37 @@ def test_load_that_varies_gets_a_per_batch_size_table() -> None:
 
 
 def test_recommendation_serialises_with_emitted_forms() -> None:
-    result = decide(report(**CODE_EDITING), None, OPTIONS)
-    data = json.loads(json.dumps({"recommendation": result.to_dict(), "candidates": result.candidates_dict()}))
+    decided = recommend(report(**CODE_EDITING))
+    data = decided.to_dict()
     recommendation = data["recommendation"]
     assert set(recommendation) >= {"speculative_config", "enable_prefix_caching", "evidence", "confidence",
-                                   "predicted", "emitted"}
+                                   "predicted", "emitted", "candidates"}
     assert set(recommendation["emitted"]) == {"serve_command", "config_yaml", "llm_kwargs", "config_json"}
     assert recommendation["confidence"]["level"] in ("high", "medium", "low")
-    assert data["candidates"][0]["speedup_typical"] >= data["candidates"][-1]["speedup_typical"]
+    assert recommendation["candidates"][0]["speedup_typical"] >= recommendation["candidates"][-1]["speedup_typical"]
+    assert Report.from_dict(data) == decided  # the document reads back as it was written
 
 
 def test_confidence_levels() -> None:
-    full = EngineOptions(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100")
-    assert decide(report(**CODE_EDITING), None, full).confidence_level == "high"
-    assert decide(report(**CODE_EDITING), None, OPTIONS).confidence_level == "medium"  # model assumed
-    assert decide(report(**CODE_EDITING, requests=30), None, full).confidence_level == "low"
-    sampled = decide(report(**CODE_EDITING, greedy=0.1), None, full)
-    assert sampled.confidence_level == "medium"
-    assert any("temperature" in reason for reason in sampled.confidence_reasons)
+    assert decide(report(**CODE_EDITING, model=LLAMA)).confidence.level == "high"
+    assert decide(report(**CODE_EDITING)).confidence.level == "medium"  # model assumed
+    assert decide(report(**CODE_EDITING, requests=30, model=LLAMA)).confidence.level == "low"
+    sampled = decide(report(**CODE_EDITING, greedy=0.1, model=LLAMA))
+    assert sampled.confidence.level == "medium"
+    assert any("temperature" in reason for reason in sampled.confidence.reasons)
 
 
 def test_model_drafts_from_priors_are_flagged_and_never_beat_a_paying_replay() -> None:
-    full = EngineOptions(model="meta-llama/Llama-3.1-8B-Instruct", gpu="H100")
-    result = decide(report(**RAG_SUMMARIZATION), None, full)
+    result = decide(report(**RAG_SUMMARIZATION, model=LLAMA))
     eagle = [c for c in result.candidates if c.method == "eagle3"]
     assert eagle and "needs verification" in eagle[0].source
     assert result.speculative_config["method"] in LOOKUP
 
 
 def test_missing_timestamps_state_the_assumed_load() -> None:
-    result = decide(report(**{**CODE_EDITING, "rate": None, "peak": None}), None, OPTIONS)
+    result = decide(report(**{**CODE_EDITING, "rate": None, "peak": None}))
     assert any("no timestamps" in line for line in result.assumptions)
-    assert result.predicted["batch"]["typical"] == pytest.approx(4, rel=0.05)
+    assert result.predicted.batch.typical == pytest.approx(4, rel=0.05)
 
 
 def test_segments_found_in_mixed_traffic_only() -> None:
@@ -131,8 +130,8 @@ def test_segments_found_in_mixed_traffic_only() -> None:
     mixed = {name: np.concatenate([copy[name], chat[name]]) for name in copy}
     segments = segment_requests(mixed)
     assert len(segments) == 2
-    assert sorted(s["requests"] for s in segments) == [n, n]
-    advice = {round(s["mean"]["prompt_overlap_4"], 1): s["advice"] for s in segments}
+    assert sorted(s.requests for s in segments) == [n, n]
+    advice = {round(s.mean["prompt_overlap_4"], 1): s.advice for s in segments}
     assert "promising" in advice[max(advice)] and "no lookup" in advice[min(advice)]
     assert segment_requests(copy) == []
     assert segment_requests(None) == []

@@ -6,21 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from advisor.engine.knowledge import (
-    H200_MEASURED_MODEL,
-    SPECULATIVE_KEYS,
-    drafts_for,
-    prior_for,
-    resolve_gpu,
-    resolve_model,
-)
+from advisor.engine.knowledge import drafts_for, prior_for
 from advisor.errors import ConfigError
+from advisor.hardware import H200_MEASURED_MODEL, kv_bytes_per_token_per_rank, resolve_gpu, resolve_model
+from advisor.vllm_vocab import SPECULATIVE_KEYS
 
 
 def test_llama_8b_shape_matches_its_published_size() -> None:
     model = resolve_model("meta-llama/Llama-3.1-8B")
     assert model.total_params == pytest.approx(8.03e9, rel=0.01)  # "8B": 8,030,261,248 parameters
-    assert model.kv_bytes_per_token == 32 * 2 * 8 * 128 * 2  # 128 KiB per token in bf16
+    assert kv_bytes_per_token_per_rank(model) == 32 * 2 * 8 * 128 * 2  # 128 KiB per token in bf16
     assert H200_MEASURED_MODEL.vocab_size == 151669
 
 
@@ -31,7 +26,7 @@ def test_local_config_dir_wins(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(config))
     model = resolve_model(str(tmp_path))
     assert model.mtp_layers == 1 and model.mla_kv_dim == 80
-    assert model.kv_bytes_per_token == 4 * 80 * 2
+    assert kv_bytes_per_token_per_rank(model) == 4 * 80 * 2
     assert [d.method for d in drafts_for(model)] == ["mtp"]
 
 

@@ -1,12 +1,19 @@
 """Load model: replay entries to tokens per step and verification cost, goodput, k per batch band."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from advisor.engine.cost import CostModel
-from advisor.engine.knowledge import H200_MEASURED_MODEL, resolve_gpu
 from advisor.engine.load import best_k_per_batch, goodput, k_for_batch, point_from_replay
-from engine_reports import replay_entry
+from advisor.hardware import H200_MEASURED_MODEL, resolve_gpu
+from advisor.report import Replay, section
+from engine_reports import replay_entry as _entry
+
+
+def replay_entry(*args, **kwargs) -> Replay:
+    return section(Replay, _entry(*args, **kwargs))
 
 COST = CostModel(H200_MEASURED_MODEL, resolve_gpu("H200"))
 
@@ -17,7 +24,7 @@ def test_replay_entry_to_point() -> None:
     assert point.k == 4 and point.from_replay and not point.async_scheduling
     assert point.tokens_per_step == pytest.approx(1 + 0.5 * (0.8 + 0.64 + 0.512 + 0.4096))
     assert point.verify_tokens_per_seq == pytest.approx(1 + 0.5 * 4)  # drafts on half the steps
-    assert point_from_replay({**entry, "num_output_tokens": 0}) is None
+    assert point_from_replay(replace(entry, num_output_tokens=0)) is None
 
 
 def test_goodput_gain_shrinks_with_batch() -> None:

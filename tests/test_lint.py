@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+import engine_reports
+from advisor.report import dumps
+
 from advisor.lint import RULES, check_speculative_config, lint_file, lint_text, split_commands
 
 CORPUS = Path(__file__).parent / "lint_corpus"
@@ -96,7 +99,11 @@ def test_cli_exit_codes_and_json(tmp_path: Path) -> None:
     warning_only = runner.invoke(cli, ["lint", str(_one("bench-temperature", "bad"))])
     assert warning_only.exit_code == 0
     report = tmp_path / "report.json"
-    report.write_text('{"lengths": {"total": {"p99_9": 9000}}}')
+    saved = engine_reports.report(**engine_reports.CODE_EDITING)  # prompt + output p99.9: 12,075 tokens
+    report.write_bytes(dumps(saved))
     piped = runner.invoke(cli, ["lint", "-", "--json", "--report", str(report)], input="vllm serve m --max-model-len 8192\n")
     assert piped.exit_code == 1
     assert [f["rule"] for f in json.loads(piped.output)["findings"]] == ["max-model-len-low"]
+    report.write_text('{"lengths": {"total": {"p99_9": 9000}}}')  # not a report of this schema
+    stale = runner.invoke(cli, ["lint", "-", "--report", str(report)], input="vllm serve m\n")
+    assert stale.exit_code == 3 and "schema_version" in stale.output

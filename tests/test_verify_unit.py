@@ -7,15 +7,19 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import engine_reports
 from advisor.errors import ConfigError, InputError
 from advisor.ingest import read_requests
+from advisor.profile import recommend
 from advisor.record import Message, Request, SamplingParams
+from advisor.report import BaselineVsCandidate, TtftPrediction, loads
 from advisor.tokenize import load_tokenizer
 from advisor.verify.dataset import BenchDataset, BenchLoad, build_dataset, completion_prompt, logged_temperature, observed_load
 from advisor.verify.history import render_markdown
@@ -223,17 +227,20 @@ def test_bootstrap_is_paired_when_the_rows_match():
 
 
 def test_predictions_come_from_the_matching_replay_entry():
-    report = {
-        "replay": [{"config": {**NGRAM, "num_speculative_tokens": 5}, "acceptance_rate": 0.1},
-                   {"config": {**NGRAM, "method": "ngram"}, "acceptance_rate": 0.4, "mean_acceptance_length": 2.2,
-                    "tokens_per_step": 1.8}],
-        "apc": {"hit_rate": 0.3},
-        "recommendation": {"speculative_config": NGRAM, "predicted": {"tpot_ms": {"baseline": 10.0, "candidate": 7.0}}},
-    }
-    predicted = predictions_from_report(report, NGRAM)
-    assert predicted == {"acceptance_rate": 0.4, "mean_acceptance_length": 2.2, "tokens_per_step": 1.8,
-                         "apc_hit_rate": 0.3, "tpot_ratio": pytest.approx(0.7)}
-    report["recommendation"]["predicted"]["ttft_ms"] = {"apc_on": 30.0, "apc_off": 60.0}
+    base = recommend(engine_reports.report(**engine_reports.CODE_EDITING))
+    entries = (
+        replace(base.replay[0], config={**NGRAM, "num_speculative_tokens": 5}, acceptance_rate=0.1),
+        replace(base.replay[0], config={**NGRAM, "method": "ngram"}, acceptance_rate=0.4, mean_acceptance_length=2.2,
+                tokens_per_step=1.8),
+    )
+    predicted = replace(base.recommendation.predicted, tpot_ms=BaselineVsCandidate(10.0, 7.0),
+                        ttft_ms=TtftPrediction(30.0, 60.0, 30.0))
+    report = replace(base, replay=entries, replay_sweep=(),
+                     apc=replace(base.apc, at_capacity=replace(base.apc.at_capacity, hit_rate=0.3)),
+                     recommendation=replace(base.recommendation, speculative_config=NGRAM, predicted=predicted))
+    assert predictions_from_report(report, NGRAM) == {
+        "acceptance_rate": 0.4, "mean_acceptance_length": 2.2, "tokens_per_step": 1.8, "apc_hit_rate": 0.3,
+        "tpot_ratio": pytest.approx(0.7)}
     assert predictions_from_report(report, None) == {"apc_hit_rate": 0.3, "ttft_ratio": pytest.approx(0.5)}
 
 
@@ -342,12 +349,12 @@ def test_predictions_read_a_real_profile_report():
 
     result = CliRunner().invoke(cli, ["profile", str(LOG), "--json", "--no-sweep"])
     assert result.exit_code == 0, result.output[-2000:]
-    report = json.loads(result.stdout)
-    entry = report["replay"][0]
-    predicted = predictions_from_report(report, entry["config"])
-    assert predicted["acceptance_rate"] == entry["acceptance_rate"]
-    assert predicted["mean_acceptance_length"] == entry["mean_acceptance_length"]
-    assert predicted["apc_hit_rate"] == report["apc"]["hit_rate"]
-    recommended = report["recommendation"]["speculative_config"]
+    report = loads(result.stdout)
+    entry = report.replay[0]
+    predicted = predictions_from_report(report, entry.config)
+    assert predicted["acceptance_rate"] == entry.acceptance_rate
+    assert predicted["mean_acceptance_length"] == entry.mean_acceptance_length
+    assert predicted["apc_hit_rate"] == report.apc.hit_rate
+    recommended = report.recommendation.speculative_config
     if recommended:
         assert 0 < predictions_from_report(report, recommended)["tpot_ratio"]

@@ -1,6 +1,6 @@
 """The `advise` command: a click group whose default action on file arguments is the profile.
 
-`advise logs.jsonl` is `advise profile logs.jsonl`; subcommands (`lint`, `whatif`, `verify`) sit beside it.
+`advise logs.jsonl` is `advise profile logs.jsonl`; subcommands (`show`, `lint`, `whatif`, `verify`) sit beside it.
 Command bodies only parse options and call the library; library errors become exit codes here, in one place.
 """
 from __future__ import annotations
@@ -39,6 +39,7 @@ def cli() -> None:
 
     \b
     advise LOGS...            profile logs (the default command; see `advise profile --help`)
+    advise show REPORT        re-render a saved JSON report (terminal, --json, --checklist)
     advise lint FILE          check vllm serve / bench commands and --config YAML
     advise whatif ...         predict TPOT with and without speculation per concurrency
     advise verify LOGS ...    A/B a speculative config against a real vLLM
@@ -48,11 +49,12 @@ def cli() -> None:
 def _register() -> None:
     from advisor.cli.lint import lint_command
     from advisor.cli.profile import profile_command
+    from advisor.cli.show import show_command
     from advisor.cli.verify import verify_command
     from advisor.cli.whatif import whatif_command
 
-    for name, command in (("profile", profile_command), ("lint", lint_command), ("whatif", whatif_command),
-                          ("verify", verify_command)):
+    for name, command in (("profile", profile_command), ("show", show_command), ("lint", lint_command),
+                          ("whatif", whatif_command), ("verify", verify_command)):
         cli.add_command(command, name)
 
 

@@ -13,11 +13,13 @@ from advisor.lint import RULES, lint_file, lint_text, observed_p999_from_report
 
 def _observed_p999(logs: tuple[str, ...], report_path: str | None) -> float | None:
     if report_path:
+        from advisor.report import loads
+
         try:
-            report = json.loads(Path(report_path).read_text())
-        except (OSError, ValueError) as error:
+            text = Path(report_path).read_bytes()
+        except OSError as error:
             raise InputError(f"{report_path}: cannot read the report JSON ({error})") from error
-        return observed_p999_from_report(report)
+        return observed_p999_from_report(loads(text, report_path))
     if logs:
         from advisor.profile import ProfileOptions, build_profile
 

@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 import orjson
 
 from advisor.errors import ConfigError
 from advisor.ingest import FORMATS
+
+if TYPE_CHECKING:
+    from advisor.report import Report
 
 
 def _speculative_config(_ctx: click.Context, _param: click.Parameter, value: str | None) -> dict | None:
@@ -55,7 +59,6 @@ def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokeni
                     checklist: str | None, no_progress: bool) -> None:
     """Profile LOGS (files, .gz, or - for stdin) and advise on APC and speculative decoding."""
     from advisor.profile import ProfileOptions, build_profile
-    from advisor.report import dumps, render_terminal
 
     if speculative_config is not None and no_replay:
         raise ConfigError("--speculative-config asks for a replay: drop --no-replay")
@@ -74,17 +77,24 @@ def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokeni
             profile = build_profile(options, progress=bar.update)
     else:
         profile = build_profile(options)
-    report = profile.report
+    write_outputs(profile.report, as_json=as_json, out=out, checklist=checklist)
+
+
+def write_outputs(report: Report, as_json: bool, out: str | None, checklist: str | None) -> None:
+    """The outputs of one report, shared by `advise LOGS` and `advise show`: JSON file, checklist, stdout."""
+    from advisor.emit.checklist import render_checklist
+    from advisor.emit.terminal import render_terminal
+    from advisor.report import dumps
 
     document = dumps(report)
     if out:
         with open(out, "wb") as handle:
             handle.write(document)
     if checklist:
-        from advisor.emit.checklist import render_checklist
-
+        if report.recommendation is None:
+            raise ConfigError("--checklist needs the recommendation: this report was profiled with --no-recommend")
         with open(checklist, "w", encoding="utf-8") as handle:
-            handle.write(render_checklist(report, profile.recommendation))
+            handle.write(render_checklist(report))
     if as_json:
         sys.stdout.buffer.write(document)
     else:

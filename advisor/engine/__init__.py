@@ -1,8 +1,8 @@
-"""Recommendation engine: knowledge tables, a calibrated cost model, a load model and the decision.
+"""Recommendation engine: knowledge tables, a calibrated cost model, a load model, sizing and the decision.
 
-Public API: `decide(report, features, options) -> Recommendation`, `EngineOptions`, `CostModel`, `whatif`.
+Public API: `decide(report, features=None) -> advisor.report.Recommendation`, `CostModel`, `whatif`.
 """
-from advisor.engine.decide import EngineOptions, Recommendation, decide
+from advisor.engine.decide import decide
 from advisor.engine.whatif import whatif
 
-__all__ = ["EngineOptions", "Recommendation", "decide", "whatif"]
+__all__ = ["decide", "whatif"]

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.engine.knowledge import DraftSpec, GpuSpec, ModelSpec
+from advisor.engine.knowledge import DraftSpec
+from advisor.hardware import GpuSpec, ModelSpec, kv_bytes_per_token_per_rank, weight_bytes_per_rank
 
 
 @dataclass(frozen=True)
@@ -122,15 +123,12 @@ class CostModel:
             params_read = active + (total - active) * (1.0 - untouched)
         else:
             params_read = active
-        return params_read * model.weight_bytes_per_param / self.tp
+        return weight_bytes_per_rank(model, self.tp, params_read)
 
     def kv_bytes_per_token(self, context: float) -> float:
         """KV bytes one GPU reads per token of context (sliding-window layers read at most their window)."""
         model = self.model
-        per_token = model.kv_bytes_per_token
-        if model.mla_kv_dim is None:
-            kv_heads = max(1, model.num_kv_heads // self.tp)
-            per_token = per_token * kv_heads / model.num_kv_heads
+        per_token = kv_bytes_per_token_per_rank(model, self.tp)
         if model.sliding_window and context > 0:
             windowed = min(context, model.sliding_window) / context
             per_token *= (1 - model.sliding_window_share) + model.sliding_window_share * windowed

@@ -1,7 +1,9 @@
 """The decision: candidates, their predictions at the observed load, a ranking, evidence and confidence.
 
-Input is the profile report as a plain dict (the JSON of `advise LOGS --json`), optional per-request
-features for segmenting mixed traffic, and the deployment options. The rule the seed guidance insists on:
+Input is the typed report document (`advisor.report.Report`: its measurements and, under `options`, the
+deployment facts the logs cannot tell) and optional per-request features for segmenting mixed traffic; the
+output is the document's `recommendation` section, sized resource flags included (`advisor.engine.sizing`),
+which `advisor.emit` renders. The rule the seed guidance insists on:
 decide from the workload's bottleneck. Lookup speculation (ngram, suffix) is judged by its exact replay
 over these logs; model drafts only by cited priors, flagged as needing verification; everything is priced
 at the batch the observed arrivals produce, and "no speculation" is said plainly when nothing pays.
@@ -14,18 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from advisor import report as doc
 from advisor.engine.cost import CostModel, LoadPoint
-from advisor.engine.knowledge import (
-    DEFAULT_GPU,
-    DEFAULT_MODEL,
-    DYNAMIC_K_METHODS,
-    MODELS,
-    ModelSpec,
-    drafts_for,
-    prior_for,
-    resolve_gpu,
-    resolve_model,
-)
+from advisor.engine.knowledge import drafts_for, prior_for
 from advisor.engine.load import (
     SpecPoint,
     Workload,
@@ -35,6 +28,11 @@ from advisor.engine.load import (
     point_from_replay,
     points_from_prior,
 )
+from advisor.engine.sizing import derive_flags
+from advisor.errors import ConfigError
+from advisor.hardware import DEFAULT_GPU, DEFAULT_MODEL, MODELS, ModelSpec, resolve_gpu, resolve_model
+from advisor.report import Report
+from advisor.vllm_vocab import DYNAMIC_K_METHODS
 
 # A candidate must cut the typical TPOT by at least this factor to be recommended: the H200 measurements
 # varied about 15% between repeated runs at concurrency 8, so smaller predicted gains are not actionable.
@@ -55,20 +53,9 @@ HIGH_CONFIDENCE_REQUESTS = 300
 LOW_CONFIDENCE_REQUESTS = 50
 
 
-@dataclass(frozen=True)
-class EngineOptions:
-    """Deployment facts the logs cannot tell. None = assume a default and say so in the report."""
-
-    model: str | None = None
-    gpu: str | None = None
-    tp: int = 1
-    max_num_seqs: int | None = None
-    request_rate: float | None = None  # the business load (req/s) when the logs carry no timestamps
-
-
 @dataclass
-class Candidate:
-    """One configuration with its predictions at typical and peak load."""
+class Priced:
+    """One configuration with its predictions at typical and peak load (unrounded, while deciding)."""
 
     name: str
     method: str | None
@@ -83,60 +70,34 @@ class Candidate:
     tokens_per_step: float = 1.0
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "method": self.method,
-            "speculative_config": self.speculative_config,
-            "enable_prefix_caching": self.enable_prefix_caching,
-            "source": self.source,
-            "from_replay": self.from_replay,
-            "tokens_per_step": round(self.tokens_per_step, 3),
-            "typical": self.typical.to_dict(),
-            "peak": self.peak.to_dict(),
-            "speedup_typical": round(self.speedup_typical, 3),
-            "speedup_peak": round(self.speedup_peak, 3),
-            "notes": self.notes,
-        }
+    def section(self) -> doc.Candidate:
+        """The report's `candidates` entry (rounded)."""
+        return doc.Candidate(
+            name=self.name,
+            method=self.method,
+            speculative_config=self.speculative_config,
+            enable_prefix_caching=self.enable_prefix_caching,
+            source=self.source,
+            from_replay=self.from_replay,
+            tokens_per_step=round(self.tokens_per_step, 3),
+            typical=_load_section(self.typical),
+            peak=_load_section(self.peak),
+            speedup_typical=round(self.speedup_typical, 3),
+            speedup_peak=round(self.speedup_peak, 3),
+            notes=tuple(self.notes),
+        )
 
 
-@dataclass
-class Recommendation:
-    """The engine's answer; `to_dict()` is the report's top-level `recommendation` (+ `candidates`)."""
-
-    speculative_config: dict | None
-    enable_prefix_caching: bool
-    evidence: list[str]
-    confidence_level: str
-    confidence_reasons: list[str]
-    predicted: dict
-    candidates: list[Candidate]
-    assumptions: list[str]
-    model: str
-    gpu: str
-    tp: int
-    gpu_given: bool = True
-    segments: list[dict] = field(default_factory=list)
-    emitted: dict = field(default_factory=dict)
-    derived: list[dict] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        """The `recommendation` object of the JSON report (candidates are serialised beside it)."""
-        return {
-            "speculative_config": self.speculative_config,
-            "enable_prefix_caching": self.enable_prefix_caching,
-            "evidence": self.evidence,
-            "confidence": {"level": self.confidence_level, "reasons": self.confidence_reasons},
-            "predicted": self.predicted,
-            "assumptions": self.assumptions,
-            "target": {"model": self.model, "gpu": self.gpu, "tp": self.tp},
-            "segments": self.segments,
-            "derived_flags": self.derived,
-            "emitted": self.emitted,
-        }
-
-    def candidates_dict(self) -> list[dict]:
-        return [candidate.to_dict() for candidate in self.candidates]
+def _load_section(point: LoadPoint) -> doc.LoadPoint:
+    return doc.LoadPoint(
+        batch=round(point.batch, 2),
+        step_ms=round(point.step_ms, 3),
+        tpot_ms=round(point.tpot_ms, 3),
+        ttft_ms=round(point.ttft_ms, 2),
+        output_tps=round(point.output_tps, 1),
+        prefill_tokens_per_step=round(point.prefill_tokens_per_step, 1),
+        saturated=point.saturated,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -144,11 +105,11 @@ class Recommendation:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _resolve_target(report: dict, options: EngineOptions, assumptions: list[str]) -> tuple[ModelSpec, bool]:
+def _resolve_target(report: Report, assumptions: list[str]) -> tuple[ModelSpec, bool]:
     """The target model: the option, else the tokenizer the profile used when the table knows it."""
-    if options.model:
-        return resolve_model(options.model), True
-    tokenizer = (report.get("tokenizer") or {}).get("name")
+    if report.options.model:
+        return resolve_model(report.options.model), True
+    tokenizer = report.tokenizer.name if report.tokenizer else None
     if tokenizer and tokenizer.lower() in MODELS:
         assumptions.append(f"target model taken from the tokenizer used for profiling: {tokenizer} (pass --model)")
         return MODELS[tokenizer.lower()], False
@@ -156,12 +117,12 @@ def _resolve_target(report: dict, options: EngineOptions, assumptions: list[str]
     return MODELS[DEFAULT_MODEL.lower()], False
 
 
-def _workload(report: dict, cost: CostModel, options: EngineOptions, max_batch: int,
-              assumptions: list[str]) -> Workload:
-    lengths = report.get("lengths") or {}
-    input_len = float((lengths.get("input") or {}).get("mean") or 512)
-    output_len = float((lengths.get("output") or {}).get("mean") or 256)
-    cached = cached_share(report)
+def _workload(report: Report, cost: CostModel, max_batch: int, assumptions: list[str]) -> Workload:
+    options = report.options
+    lengths = report.lengths
+    input_len = float(lengths.input.mean or 512)
+    output_len = float((lengths.output.mean if lengths.output else None) or 256)
+    cached = report.cached_share
 
     def rate_for_batch(batch: float) -> float:
         """The arrival rate whose steady state (no speculation) runs `batch` requests: Little's law inverted."""
@@ -172,17 +133,17 @@ def _workload(report: dict, cost: CostModel, options: EngineOptions, max_batch: 
             rate *= batch / max(running, 1e-6)
         return rate
 
-    arrivals = report.get("arrivals")
-    if arrivals and arrivals.get("request_rate"):
-        typical = float(options.request_rate or arrivals["request_rate"])
+    arrivals = report.arrivals
+    if arrivals and arrivals.mean_rate_rps:
+        typical = float(options.request_rate or arrivals.mean_rate_rps)
         peak = max(peak_rate(arrivals), typical)
         source = "observed arrivals" if options.request_rate is None else "--request-rate (peak from the logs)"
-        concurrency = arrivals.get("concurrency") or {}
-        if options.request_rate is None and concurrency.get("mean"):
+        concurrency = arrivals.concurrency
+        if options.request_rate is None and concurrency and concurrency.mean:
             # The logging server held this many requests in flight: never assume a lighter load than that
             # (conservative for speculation, whose gain shrinks with batch).
-            observed_typical = min(float(concurrency["mean"]), max_batch)
-            observed_peak = min(float(concurrency.get("p99") or concurrency["mean"]), max_batch)
+            observed_typical = min(float(concurrency.mean), max_batch)
+            observed_peak = min(float(concurrency.p99 or concurrency.mean), max_batch)
             if cost.open_loop(typical, input_len, output_len, async_scheduling=True, cached_share=cached,
                               max_batch=max_batch).batch < observed_typical:
                 typical = rate_for_batch(observed_typical)
@@ -203,41 +164,24 @@ def _workload(report: dict, cost: CostModel, options: EngineOptions, max_batch: 
                     input_len, output_len, cached, "assumed")
 
 
-def cached_share(report: dict) -> float:
-    """Share of prompt tokens the prefix cache serves: the APC replay at real capacity when the profile ran
-    it, else the infinite-cache ceiling of the prefix analysis (an upper bound)."""
-    apc = report.get("apc") or {}
-    if apc.get("hit_rate") is not None:
-        return float(apc["hit_rate"])
-    prefix = report.get("prefix") or {}
-    return float(hit_ratio(prefix.get("ceiling")) or hit_ratio(prefix.get("ceiling_hit_ratio")) or 0.0)
-
-
-def hit_ratio(value: float | dict | None) -> float | None:
-    """A hit ratio given as a number or as a replay result {hit_rate: ...} (report["apc"]["ceiling"])."""
-    if isinstance(value, dict):
-        value = value.get("hit_rate")
-    return None if value is None else float(value)
-
-
-def peak_rate(arrivals: dict) -> float:
+def peak_rate(arrivals: doc.Arrivals) -> float:
     """The busiest sustained rate: the 60 s window when the log covers a minute, else the 10 s window.
 
     A window longer than the log only divides the log's requests by the window and understates the load.
     """
-    duration = arrivals.get("duration_s") or 0.0
-    if duration >= PEAK_WINDOW_S and arrivals.get("peak_rate_60s"):
-        return float(arrivals["peak_rate_60s"])
-    if duration >= SHORT_PEAK_WINDOW_S and arrivals.get("peak_rate_10s"):
-        return float(arrivals["peak_rate_10s"])
-    return float(arrivals["request_rate"])
+    duration = arrivals.duration_s or 0.0
+    if duration >= PEAK_WINDOW_S and arrivals.peak_rate_60s_rps:
+        return float(arrivals.peak_rate_60s_rps)
+    if duration >= SHORT_PEAK_WINDOW_S and arrivals.peak_rate_10s_rps:
+        return float(arrivals.peak_rate_10s_rps)
+    return float(arrivals.mean_rate_rps or 0.0)
 
 
-def _replay_groups(report: dict) -> dict[str, list[SpecPoint]]:
+def _replay_groups(report: Report) -> dict[str, list[SpecPoint]]:
     """Replayed settings grouped by proposer settings other than k (one group = one deployable config)."""
     groups: dict[str, list[SpecPoint]] = {}
     seen: set[str] = set()
-    for entry in list(report.get("replay") or []) + list(report.get("replay_sweep") or []):
+    for entry in report.replay + report.replay_sweep:
         point = point_from_replay(entry)
         if point is None:
             continue
@@ -263,7 +207,7 @@ def _zero_point(point: SpecPoint) -> SpecPoint:
 def _candidate_for_group(
     points: list[SpecPoint], cost: CostModel, workload: Workload, max_batch: int,
     baseline: tuple[LoadPoint, LoadPoint],
-) -> Candidate:
+) -> Priced:
     """The best k of one proposer setting at typical load, with a per-batch-size table when load varies."""
     base_typical, base_peak = baseline
 
@@ -297,7 +241,7 @@ def _candidate_for_group(
     speedup_peak = base_peak.tpot_ms / peak.tpot_ms if peak.tpot_ms > 0 else 0.0
     if speedup_peak < PEAK_TOLERANCE:
         notes.append(f"{1 / speedup_peak:.2f}x slower than no speculation at peak load")
-    return Candidate(
+    return Priced(
         name=best.label(),
         method=best.method,
         speculative_config=config,
@@ -313,12 +257,12 @@ def _candidate_for_group(
     )
 
 
-def _rank_key(candidate: Candidate) -> tuple:
+def _rank_key(candidate: Priced) -> tuple:
     slower_at_peak = candidate.method is not None and candidate.speedup_peak < PEAK_TOLERANCE
     return (slower_at_peak, candidate.typical.tpot_ms, -candidate.typical.output_tps)
 
 
-def _choose(candidates: list[Candidate]) -> Candidate | None:
+def _choose(candidates: list[Priced]) -> Priced | None:
     """The recommended speculative candidate, or None for no speculation.
 
     A measurement on these logs beats a prior measured on other prompts: a prior-based candidate (model
@@ -340,18 +284,18 @@ def _pct(value: float) -> str:
     return f"{100 * value:.0f}%"
 
 
-def _evidence(report: dict, workload: Workload, cost: CostModel, chosen: Candidate | None,
+def _evidence(report: Report, workload: Workload, cost: CostModel, chosen: Priced | None,
               baseline: tuple[LoadPoint, LoadPoint], groups: dict[str, list[SpecPoint]],
-              candidates: list[Candidate]) -> list[str]:
+              candidates: list[Priced]) -> list[str]:
     lines: list[str] = []
-    overlap = ((report.get("overlap") or {}).get("prompt") or {}).get("4")
+    overlap = report.overlap.in_prompt(4) if report.overlap else None
     if overlap is not None:
         lines.append(f"{_pct(overlap)} of output 4-grams occur in the prompt")
-    lengths = report.get("lengths") or {}
-    if lengths.get("decode_share") is not None:
+    decode_share = report.lengths.decode_share
+    if decode_share is not None:
         lines.append(
             f"mean prompt {workload.input_len:.0f} tokens, mean output {workload.output_len:.0f} tokens; "
-            f"decode is {_pct(lengths['decode_share'])} of tokens"
+            f"decode is {_pct(decode_share)} of tokens"
         )
     base_typical, base_peak = baseline
     weights_ms = cost.weight_bytes(base_typical.batch) / (cost.gpu.bandwidth * cost.cal.bandwidth_efficiency) * 1e3
@@ -370,24 +314,23 @@ def _evidence(report: dict, workload: Workload, cost: CostModel, chosen: Candida
                 f"replayed {best.label()}: mean acceptance length {best.mean_acceptance_length:.2f} when drafting, "
                 f"drafts on {_pct(best.draft_step_share or 0)} of steps, {best.tokens_per_step:.2f} tokens per step overall"
             )
-    concurrency = (report.get("arrivals") or {}).get("concurrency")
-    if concurrency and concurrency.get("mean") is not None:
+    concurrency = report.arrivals.concurrency if report.arrivals else None
+    if concurrency and concurrency.mean is not None:
         lines.append(
-            f"logged latencies show {concurrency['mean']:.1f} requests in flight on average (p99 {concurrency.get('p99')}) "
+            f"logged latencies show {concurrency.mean:.1f} requests in flight on average (p99 {concurrency.p99}) "
             "on the server that wrote the logs"
         )
-    apc = report.get("apc")
-    prefix = report.get("prefix") or {}
-    if apc and apc.get("hit_rate") is not None:
+    apc, prefix = report.apc, report.prefix
+    if apc and apc.at_capacity and apc.hit_rate is not None:
         lines.append(
-            f"prefix-cache replay: {_pct(apc['hit_rate'])} of prompt tokens hit with {apc.get('capacity_blocks')} "
-            f"blocks of {apc.get('block_size')} (ceiling {_pct(hit_ratio(apc.get('ceiling')) or 0)}); APC only shortens "
+            f"prefix-cache replay: {_pct(apc.hit_rate)} of prompt tokens hit with {apc.at_capacity.capacity_blocks} "
+            f"blocks of {apc.at_capacity.block_size} (ceiling {_pct(apc.ceiling.hit_rate or 0)}); APC only shortens "
             "prefill"
         )
-    elif hit_ratio(prefix.get("ceiling")) is not None:
+    elif prefix and prefix.ceiling is not None:
         lines.append(
-            f"prefix sharing: {_pct(hit_ratio(prefix['ceiling']))} of prompt tokens hit the prefix cache with unlimited capacity "
-            f"(blocks of {prefix.get('block_size')}, {_pct(prefix.get('requests_with_hit_share') or 0)} of requests hit); "
+            f"prefix sharing: {_pct(prefix.ceiling)} of prompt tokens hit the prefix cache with unlimited capacity "
+            f"(blocks of {prefix.block_size}, {_pct(prefix.requests_with_hit_share or 0)} of requests hit); "
             "APC stays on; it only shortens prefill"
         )
     for candidate in candidates:
@@ -408,7 +351,7 @@ def _evidence(report: dict, workload: Workload, cost: CostModel, chosen: Candida
     return lines
 
 
-def _confidence(report: dict, chosen: Candidate | None, assumptions: list[str],
+def _confidence(report: Report, chosen: Priced | None, assumptions: list[str],
                 model_given: bool, gpu_given: bool) -> tuple[str, list[str]]:
     """high / medium / low with the reasons that lowered it (docs/engine.md defines the levels)."""
     order = {"high": 2, "medium": 1, "low": 0}
@@ -421,20 +364,20 @@ def _confidence(report: dict, chosen: Candidate | None, assumptions: list[str],
         if order[to] < order[level]:
             level = to
 
-    requests = (report.get("ingest") or {}).get("requests") or 0
+    requests = report.ingest.requests
     if requests < LOW_CONFIDENCE_REQUESTS:
         lower("low", f"only {requests} requests (< {LOW_CONFIDENCE_REQUESTS})")
     elif requests < HIGH_CONFIDENCE_REQUESTS:
         lower("medium", f"{requests} requests (< {HIGH_CONFIDENCE_REQUESTS})")
-    tokenizer = report.get("tokenizer") or {}
-    if tokenizer.get("warning") or tokenizer.get("model_match") is False:
+    tokenizer = report.tokenizer
+    if tokenizer and (tokenizer.warning or tokenizer.model_match is False):
         lower("medium", "the profiling tokenizer is not the target's: token counts and n-gram matches are approximate")
-    temperature = (report.get("sampling") or {}).get("temperature") or {}
-    if (temperature.get("missing_share") or 0) > 0.5:
+    sampling = report.sampling
+    if (sampling.temperature_missing_share or 0) > 0.5:
         lower("medium", "sampling temperature not logged: the replay assumes the logged outputs are what the target emits")
-    elif (temperature.get("greedy_share") or 1.0) < 0.5:
-        lower("medium", f"most requests sample (median temperature {temperature.get('p50')}): live acceptance varies")
-    if not report.get("arrivals"):
+    elif (sampling.greedy_share or 1.0) < 0.5:
+        lower("medium", f"most requests sample (median temperature {sampling.temperature_p50}): live acceptance varies")
+    if not report.arrivals:
         lower("medium", "no timestamps: the load is assumed")
     if not model_given or not gpu_given:
         lower("medium", "target model or GPU assumed")
@@ -457,7 +400,7 @@ LOOKUP_OVERLAP = 0.3  # mean output 4-gram overlap from which lookup speculation
 NO_LOOKUP_OVERLAP = 0.1
 
 
-def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> list[dict]:
+def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> list[doc.Segment]:
     """Clusters requests (KMeans over log lengths, prompt overlap and prefix hits) when traffic is mixed.
 
     Returns [] for homogeneous traffic: clusters count only when well separated (silhouette >=
@@ -512,16 +455,16 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
         else:
             advice = "moderate prompt overlap: lookup speculation only at low batch"
         segments.append(
-            {
-                "segment": label,
-                "requests": int(len(rows)),
-                "share": round(len(rows) / len(matrix), 3),
-                "mean": {name: round(value, 3) for name, value in summary.items()},
-                "advice": advice,
-                "silhouette": round(score, 3),
-            }
+            doc.Segment(
+                segment=label,
+                requests=int(len(rows)),
+                share=round(len(rows) / len(matrix), 3),
+                mean={name: round(value, 3) for name, value in summary.items()},
+                advice=advice,
+                silhouette=round(score, 3),
+            )
         )
-    return sorted(segments, key=lambda segment: -segment["share"])
+    return sorted(segments, key=lambda segment: -segment.share)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -529,12 +472,16 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
 # ---------------------------------------------------------------------------------------------------------
 
 
-def decide(report: dict, features: dict[str, np.ndarray] | None, options: EngineOptions) -> Recommendation:
-    """Recommends APC and a speculative config for the profiled workload (see the module docstring)."""
-    from advisor.emit.configs import emit_all
+def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc.Recommendation:
+    """Recommends APC and a speculative config for the profiled workload (see the module docstring).
 
+    The deployment facts come from `report.options` (model, gpu, tp, max_num_seqs, request_rate); `features`
+    are the profile's per-request arrays for segmentation (`advisor.profile.Profile.features`). Returns the
+    document's `recommendation` section without its `emitted` forms (`advisor.emit.configs.render_configs`).
+    """
+    options = report.options
     assumptions: list[str] = []
-    model, model_given = _resolve_target(report, options, assumptions)
+    model, model_given = _resolve_target(report, assumptions)
     gpu_given = bool(options.gpu)
     if not gpu_given:
         assumptions.append(f"GPU not given: assumed {DEFAULT_GPU} (pass --gpu)")
@@ -543,13 +490,13 @@ def decide(report: dict, features: dict[str, np.ndarray] | None, options: Engine
     if options.max_num_seqs is None:
         assumptions.append(f"--max-num-seqs assumed {DEFAULT_MAX_NUM_SEQS}")
     cost = CostModel(model, gpu, options.tp)
-    workload = _workload(report, cost, options, max_batch, assumptions)
+    workload = _workload(report, cost, max_batch, assumptions)
 
     base_typical = evaluate(cost, workload, workload.typical_rate, None, max_batch)
     base_peak = evaluate(cost, workload, workload.peak_rate, None, max_batch)
     baseline = (base_typical, base_peak)
     candidates = [
-        Candidate("no speculation", None, None, True, "cost model", False, base_typical, base_peak, 1.0, 1.0)
+        Priced("no speculation", None, None, True, "cost model", False, base_typical, base_peak, 1.0, 1.0)
     ]
     groups = _replay_groups(report)
     for points in groups.values():
@@ -563,44 +510,54 @@ def decide(report: dict, features: dict[str, np.ndarray] | None, options: Engine
     apc_off_typical = evaluate(cost, workload, workload.typical_rate, None, max_batch, apc=False)
     apc_off_peak = evaluate(cost, workload, workload.peak_rate, None, max_batch, apc=False)
     candidates.append(
-        Candidate("no speculation, APC off", None, None, False, "cost model", False, apc_off_typical, apc_off_peak,
-                  base_typical.tpot_ms / apc_off_typical.tpot_ms, base_peak.tpot_ms / apc_off_peak.tpot_ms)
+        Priced("no speculation, APC off", None, None, False, "cost model", False, apc_off_typical, apc_off_peak,
+               base_typical.tpot_ms / apc_off_typical.tpot_ms, base_peak.tpot_ms / apc_off_peak.tpot_ms)
     )
     candidates.sort(key=_rank_key)
     chosen = _choose(candidates)
     level, reasons = _confidence(report, chosen, assumptions, model_given, gpu_given)
     final = chosen or candidates[[c.name for c in candidates].index("no speculation")]
-    predicted = {
-        "tpot_ms": {"baseline": round(base_typical.tpot_ms, 3), "candidate": round(final.typical.tpot_ms, 3)},
-        "tpot_ms_peak": {"baseline": round(base_peak.tpot_ms, 3), "candidate": round(final.peak.tpot_ms, 3)},
-        "output_tps": {"baseline": round(base_typical.output_tps, 1), "candidate": round(final.typical.output_tps, 1)},
-        "speedup": {"typical": round(final.speedup_typical, 3), "peak": round(final.speedup_peak, 3)},
-        "ttft_ms": {
-            "apc_on": round(base_typical.ttft_ms, 2),
-            "apc_off": round(apc_off_typical.ttft_ms, 2),
-            "apc_saving": round(apc_off_typical.ttft_ms - base_typical.ttft_ms, 2),
-        },
-        "batch": {"typical": round(base_typical.batch, 2), "peak": round(base_peak.batch, 2)},
-        "request_rate": {"typical": round(workload.typical_rate, 4), "peak": round(workload.peak_rate, 4),
-                         "source": workload.rate_source},
-        "calibration": cost.cal.source,
-    }
-    recommendation = Recommendation(
-        speculative_config=chosen.speculative_config if chosen else None,
-        enable_prefix_caching=True,
-        evidence=_evidence(report, workload, cost, chosen, baseline, groups, candidates),
-        confidence_level=level,
-        confidence_reasons=reasons,
-        predicted=predicted,
-        candidates=candidates,
-        assumptions=assumptions,
-        model=options.model or model.name,
-        gpu=gpu.name,
-        tp=options.tp,
-        gpu_given=gpu_given,
-        segments=segment_requests(features),
+    predicted = doc.Predicted(
+        tpot_ms=doc.BaselineVsCandidate(round(base_typical.tpot_ms, 3), round(final.typical.tpot_ms, 3)),
+        tpot_ms_peak=doc.BaselineVsCandidate(round(base_peak.tpot_ms, 3), round(final.peak.tpot_ms, 3)),
+        output_tps=doc.BaselineVsCandidate(round(base_typical.output_tps, 1), round(final.typical.output_tps, 1)),
+        speedup=doc.TypicalPeak(round(final.speedup_typical, 3), round(final.speedup_peak, 3)),
+        ttft_ms=doc.TtftPrediction(
+            apc_on=round(base_typical.ttft_ms, 2),
+            apc_off=round(apc_off_typical.ttft_ms, 2),
+            apc_saving=round(apc_off_typical.ttft_ms - base_typical.ttft_ms, 2),
+        ),
+        batch=doc.TypicalPeak(round(base_typical.batch, 2), round(base_peak.batch, 2)),
+        request_rate=doc.RatePrediction(round(workload.typical_rate, 4), round(workload.peak_rate, 4),
+                                        workload.rate_source),
+        calibration=cost.cal.source,
     )
-    emitted, derived = emit_all(recommendation, report, model, max_peak_batch=math.ceil(base_peak.batch))
-    recommendation.emitted = emitted
-    recommendation.derived = derived
-    return recommendation
+    config = chosen.speculative_config if chosen else None
+    _validate_speculative_config(config)
+    saturated = any(c.peak.saturated for c in candidates if c.method is None)
+    peak_batch = math.ceil(base_peak.batch) if report.arrivals else None  # an assumed load sizes nothing
+    flags = derive_flags(report, model, gpu, not gpu_given, options.tp, peak_batch, saturated,
+                         int(config.get("num_speculative_tokens") or 0) if config else 0)
+    return doc.Recommendation(
+        speculative_config=config,
+        enable_prefix_caching=True,
+        evidence=tuple(_evidence(report, workload, cost, chosen, baseline, groups, candidates)),
+        confidence=doc.Confidence(level, tuple(reasons)),
+        predicted=predicted,
+        assumptions=tuple(assumptions),
+        target=doc.Target(model=options.model or model.name, gpu=gpu.name, tp=options.tp, gpu_given=gpu_given),
+        segments=tuple(segment_requests(features)),
+        derived_flags=tuple(flags),
+        candidates=tuple(c.section() for c in candidates),
+    )
+
+
+def _validate_speculative_config(config: dict | None) -> None:
+    """Raises ConfigError when the config would not pass vLLM's own validation (lint's rules)."""
+    if config is None:
+        return
+    from advisor.lint import check_speculative_config
+
+    errors = [finding for finding in check_speculative_config(config, line=0) if finding.severity == "error"]
+    if errors:
+        raise ConfigError("recommended speculative config is invalid: " + "; ".join(f.message for f in errors))

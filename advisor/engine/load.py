@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.engine.cost import CostModel, LoadPoint, StepLoad
-from advisor.engine.knowledge import ASYNC_INCOMPATIBLE_METHODS, AcceptancePrior, DraftSpec
-
-
+from advisor.engine.knowledge import AcceptancePrior, DraftSpec
+from advisor.report import Replay
+from advisor.vllm_vocab import ASYNC_INCOMPATIBLE_METHODS
 
 # A new band starts only when another k beats the current band's k by more than this share of goodput:
 # smaller differences are within the model's error and would only fragment the table.
@@ -51,25 +51,23 @@ class SpecPoint:
         return f"{self.method} k={self.k}" + (f" ({', '.join(extras)})" if extras else "")
 
 
-def point_from_replay(entry: dict) -> SpecPoint | None:
-    """A replay result (report["replay"] / ["replay_sweep"] entry) as a SpecPoint; None when it is empty."""
-    tokens_per_step = entry.get("tokens_per_step")
-    output_tokens = entry.get("num_output_tokens") or 0
-    if not tokens_per_step or output_tokens <= 0:
+def point_from_replay(entry: Replay) -> SpecPoint | None:
+    """A replay result (the report's `replay` / `replay_sweep` entry) as a SpecPoint; None when it is empty."""
+    if not entry.tokens_per_step or entry.num_output_tokens <= 0:
         return None
-    config = dict(entry["config"])
-    steps = output_tokens / tokens_per_step
+    config = dict(entry.config)
+    steps = entry.num_output_tokens / entry.tokens_per_step
     k = int(config.get("num_speculative_tokens") or config.get("suffix_decoding_max_tree_depth") or 0)
     return SpecPoint(
-        method=entry["method"],
+        method=entry.method,
         k=k,
         config=config,
-        tokens_per_step=float(tokens_per_step),
-        verify_tokens_per_seq=1.0 + (entry.get("num_draft_tokens") or 0) / steps,
-        source=f"exact {entry['method']} replay of {entry.get('num_requests', '?')} logged requests",
+        tokens_per_step=float(entry.tokens_per_step),
+        verify_tokens_per_seq=1.0 + entry.num_draft_tokens / steps,
+        source=f"exact {entry.method} replay of {entry.num_requests} logged requests",
         from_replay=True,
-        mean_acceptance_length=entry.get("mean_acceptance_length"),
-        draft_step_share=entry.get("draft_step_share"),
+        mean_acceptance_length=entry.mean_acceptance_length,
+        draft_step_share=entry.draft_step_share,
     )
 
 

@@ -7,8 +7,8 @@ so people can see where speculation stops paying on their hardware.
 from __future__ import annotations
 
 from advisor.engine.cost import CostModel
-from advisor.engine.knowledge import resolve_gpu, resolve_model
 from advisor.errors import ConfigError
+from advisor.hardware import resolve_gpu, resolve_model
 
 
 def whatif(model: str, gpu: str, k: int, acceptance_length: float, concurrency: list[int],

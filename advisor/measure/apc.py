@@ -34,36 +34,11 @@ from numba import njit
 
 from advisor.measure.prefix import PrefixBlocks
 from advisor.measure.stats import json_float
+from advisor.vllm_vocab import DEFAULT_GPU_MEMORY_UTILIZATION
 
 CURVE_FRACTIONS = (1 / 64, 1 / 16, 1 / 4, 1 / 2, 1.0)
 GPU_BLOCK_SIZE = 16
 CPU_BLOCK_SIZE = 128
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
-
-
-def kv_bytes_per_token(
-    num_layers: int,
-    num_kv_heads: int,
-    head_dim: int,
-    dtype_bytes: float,
-    tensor_parallel_size: int = 1,
-    kv_lora_rank: int | None = None,
-    qk_rope_head_dim: int | None = None,
-) -> float:
-    """KV-cache bytes one token takes on one GPU (one tensor-parallel rank).
-
-    Standard attention: layers * 2 (K and V) * max(1, kv_heads // TP) * head_dim * dtype_bytes. MLA
-    (DeepSeek-style, `kv_lora_rank` given): layers * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes, one
-    latent vector shared by K and V and replicated on every rank.
-    """
-    if num_layers <= 0 or dtype_bytes <= 0:
-        raise ValueError("num_layers and dtype_bytes must be positive")
-    if kv_lora_rank is not None:
-        return float(num_layers * (kv_lora_rank + (qk_rope_head_dim or 0)) * dtype_bytes)
-    if num_kv_heads <= 0 or head_dim <= 0 or tensor_parallel_size <= 0:
-        raise ValueError("num_kv_heads, head_dim and tensor_parallel_size must be positive")
-    heads_per_rank = max(1, num_kv_heads // tensor_parallel_size)
-    return float(num_layers * 2 * heads_per_rank * head_dim * dtype_bytes)
 
 
 def kv_budget_bytes(

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from advisor.engine.knowledge import SPECULATIVE_KEYS
 from advisor.errors import ConfigError
 from advisor.measure import ngram, suffix
 from advisor.measure.stats import json_float
+from advisor.vllm_vocab import SPECULATIVE_KEYS
 
 DEFAULT_MAX_REQUESTS = 20000
 # Suffix trees are slow to build (0.15 M tokens/s here, arctic-inference's C++ 0.35 M; docs/replay.md): a log

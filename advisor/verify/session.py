@@ -12,6 +12,7 @@ from pathlib import Path
 
 from advisor.errors import ConfigError, InputError
 from advisor.ingest import read_requests
+from advisor.report import Report, loads
 from advisor.tokenize import load_tokenizer
 from advisor.verify.dataset import build_dataset
 from advisor.verify.history import build_record, save_record
@@ -55,14 +56,15 @@ class VerifyOptions:
     bench_timeout_s: float = 3600.0
 
 
-def _load_report(path: Path) -> dict:
+def _load_report(path: Path) -> Report:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        text = path.read_bytes()
+    except OSError as exc:
         raise InputError(f"{path}: not a readable advise JSON report ({exc})") from exc
+    return loads(text, str(path))
 
 
-def candidate_config(options: VerifyOptions, report: dict | None) -> dict | None:
+def candidate_config(options: VerifyOptions, report: Report | None) -> dict | None:
     """The candidate's speculative config: the option, else the report's recommendation (none for APC)."""
     if options.mode == APC:
         if options.speculative_config is not None:
@@ -71,7 +73,7 @@ def candidate_config(options: VerifyOptions, report: dict | None) -> dict | None
     if options.speculative_config is not None:
         return options.speculative_config
     if report is not None:
-        config = (report.get("recommendation") or {}).get("speculative_config")
+        config = report.recommendation.speculative_config if report.recommendation else None
         if config:
             return dict(config)
         raise ConfigError(f"{options.recommendation}: the report recommends no speculative config; "
@@ -79,34 +81,32 @@ def candidate_config(options: VerifyOptions, report: dict | None) -> dict | None
     raise ConfigError("nothing to verify: pass --speculative-config JSON or --recommendation report.json")
 
 
-def predictions_from_report(report: dict | None, config: dict | None) -> dict:
+def predictions_from_report(report: Report | None, config: dict | None) -> dict:
     """The engine's predictions: for a speculative `config` the replay entry whose config agrees on every key
     given and the TPOT ratio when it is the one the report recommends; always the profile's APC hit rate; for
     the APC A/B (config None) the TTFT ratio APC on / APC off."""
     if not report:
         return {}
     predicted: dict = {}
-    apc = report.get("apc") or {}
-    if apc.get("hit_rate") is not None:
-        predicted["apc_hit_rate"] = apc["hit_rate"]
-    recommendation = report.get("recommendation") or {}
+    if report.apc is not None and report.apc.hit_rate is not None:
+        predicted["apc_hit_rate"] = report.apc.hit_rate
+    recommendation = report.recommendation
     if config is None:
-        ttft = (recommendation.get("predicted") or {}).get("ttft_ms") or {}
-        if ttft.get("apc_on") and ttft.get("apc_off"):
-            predicted["ttft_ratio"] = ttft["apc_on"] / ttft["apc_off"]
+        ttft = recommendation.predicted.ttft_ms if recommendation else None
+        if ttft and ttft.apc_on and ttft.apc_off:
+            predicted["ttft_ratio"] = ttft.apc_on / ttft.apc_off
         return predicted
-    for entry in list(report.get("replay") or []) + list(report.get("replay_sweep") or []):
-        entry_config = entry.get("config") or {}
-        if all(entry_config.get(key) == value for key, value in config.items()):
+    for entry in report.replay + report.replay_sweep:
+        if all(entry.config.get(key) == value for key, value in config.items()):
             predicted.update(
-                acceptance_rate=entry.get("acceptance_rate"),
-                mean_acceptance_length=entry.get("mean_acceptance_length"),
-                tokens_per_step=entry.get("tokens_per_step"),
+                acceptance_rate=entry.acceptance_rate,
+                mean_acceptance_length=entry.mean_acceptance_length,
+                tokens_per_step=entry.tokens_per_step,
             )
             break
-    tpot = (recommendation.get("predicted") or {}).get("tpot_ms") or {}
-    if recommendation.get("speculative_config") == config and tpot.get("baseline") and tpot.get("candidate"):
-        predicted["tpot_ratio"] = tpot["candidate"] / tpot["baseline"]
+    tpot = recommendation.predicted.tpot_ms if recommendation else None
+    if recommendation and recommendation.speculative_config == config and tpot and tpot.baseline and tpot.candidate:
+        predicted["tpot_ratio"] = tpot.candidate / tpot.baseline
     return predicted
 
 

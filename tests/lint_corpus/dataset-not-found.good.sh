@@ -1,0 +1,1 @@
+vllm bench serve --backend vllm --model meta-llama/Llama-3.1-8B-Instruct --endpoint /v1/completions --dataset-name custom --dataset-path data/prompts.jsonl --num-prompts 3 --request-rate 2 --temperature 0
