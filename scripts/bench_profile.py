@@ -70,7 +70,7 @@ def main(default_replay: bool = False) -> None:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     base_tps = base_tokens / base_s
     prof_tps = base_tokens / prof_s  # the same log, so the same tokens
-    print(f"log: {args.log} ({report['ingest']['requests']:,} requests)")
+    print(f"log: {args.log} ({report.ingest.requests:,} requests)")
     print(f"tokenization baseline: {base_tokens:,} tokens in {base_s:.2f} s = {base_tps:,.0f} tokens/s")
     label = "profile + replays + sweep" if args.replay else "profile (no replays)"
     print(f"{label}: the same tokens in {prof_s:.2f} s = {prof_tps:,.0f} tokens/s")

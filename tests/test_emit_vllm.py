@@ -16,12 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from dataclasses import replace
+
 from advisor.emit import config_yaml, serve_command
-from advisor.engine import EngineOptions, decide
-from advisor.engine.knowledge import SPECULATIVE_KEYS
+from advisor.profile import ProfileOptions, build_profile, recommend
+from advisor.report import Recommendation
+from advisor.vllm_vocab import PLACEHOLDER, SPECULATIVE_KEYS
 from engine_reports import CHAT_MULTITURN, CODE_EDITING, COPY_HEAVY_HIGH_RATE, RAG_SUMMARIZATION, report
 
 REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
 SCRIPT = REPO / "tests" / "vllm_scripts" / "parse_serve.py"
 INTERNAL_FIELDS = {"target_model_config", "target_parallel_config", "draft_model_config", "draft_parallel_config"}
 TARGET = "meta-llama/Llama-3.1-8B-Instruct"
@@ -40,25 +44,18 @@ def tiny_model(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return folder
 
 
-# What a user writes over each YOUR_VALUE before deploying (lint refuses the placeholder itself).
-FILLED = {"--max-model-len": "8192", "max-model-len": "8192", "--max-num-seqs": "64", "max-num-seqs": "64",
-          "--max-num-batched-tokens": "8192", "max-num-batched-tokens": "8192",
-          "--gpu-memory-utilization": "0.9", "gpu-memory-utilization": "0.9"}
-
-
 def _argv(command: str) -> list[str]:
+    """The command as printed (no placeholder to fill: emitted commands run as they are)."""
+    assert PLACEHOLDER not in command
     tokens = shlex.split(command.replace("\\\n", " "))
     assert tokens[:2] == ["vllm", "serve"]
-    filled = [FILLED[tokens[i - 1]] if token == "YOUR_VALUE" else token for i, token in enumerate(tokens)]
-    return filled[1:]
+    return tokens[1:]
 
 
-def _fill_yaml(text: str) -> str:
-    lines = []
-    for line in text.splitlines():
-        key = line.split(":", 1)[0]
-        lines.append(f"{key}: {FILLED[key]}" if line.endswith("YOUR_VALUE") else line)
-    return "\n".join(lines) + "\n"
+def _flag_values(recommendation: Recommendation) -> dict[str, object]:
+    """The sized flags as EngineArgs fields (a left-out flag keeps vLLM's default, not checked here)."""
+    return {flag.flag[2:].replace("-", "_"): flag.value for flag in recommendation.derived_flags
+            if flag.value is not None}
 
 
 def _parse(vllm_python: Path, tiny_model: Path, cases: list[list[str]], scratch: Path) -> list[dict]:
@@ -73,37 +70,43 @@ def _parse(vllm_python: Path, tiny_model: Path, cases: list[list[str]], scratch:
 
 @pytest.mark.vllm
 def test_emitted_commands_and_yaml_parse_in_real_vllm(vllm_python: Path, tiny_model: Path, tmp_path: Path) -> None:
-    options = EngineOptions(model=TARGET, gpu="H100")
-    recommendations = [
-        decide(report(**CODE_EDITING), None, options),
-        decide(report(**RAG_SUMMARIZATION), None, options),
-        decide(report(**{**COPY_HEAVY_HIGH_RATE, "rate": 5.0, "peak": 200.0}), None, options),  # k per batch size
-        decide(report(**CHAT_MULTITURN), None, options),  # eagle3 from a prior (parse only: no draft download)
-        decide(report(**CHAT_MULTITURN), None, EngineOptions(gpu="H100")),  # no speculation
+    """Hand-built workloads covering every method the engine emits, and the output of every fixture file."""
+    synthetic = [
+        report(**CODE_EDITING, model=TARGET),
+        report(**RAG_SUMMARIZATION, model=TARGET),
+        report(**{**COPY_HEAVY_HIGH_RATE, "rate": 5.0, "peak": 200.0}, model=TARGET),  # k per batch size
+        report(**CHAT_MULTITURN, model=TARGET),  # eagle3 from a prior (parse only: no draft download)
+        report(**CHAT_MULTITURN),  # no speculation
     ]
+    recommendations = [recommend(item).recommendation for item in synthetic]
     configs = [r.speculative_config for r in recommendations]
     assert {c["method"] if c else None for c in configs} >= {"ngram", "suffix", "eagle3", None}
+    fixtures = sorted(path for path in FIXTURES.iterdir() if path.is_file())
+    recommendations += [build_profile(ProfileOptions(paths=(str(path),))).report.recommendation for path in fixtures]
     cases, expected = [], []
     for index, recommendation in enumerate(recommendations):
-        cases.append(_argv(recommendation.emitted["serve_command"]))
-        expected.append((recommendation.speculative_config, True))
+        cases.append(_argv(recommendation.emitted.serve_command))
+        expected.append((recommendation.speculative_config, True, _flag_values(recommendation)))
         yaml_file = tmp_path / f"serve{index}.yaml"
-        yaml_file.write_text(_fill_yaml(recommendation.emitted["config_yaml"]))
-        cases.append(["serve", TARGET, "--config", str(yaml_file)])
-        expected.append((recommendation.speculative_config, True))
-    apc_off = tmp_path / "apc_off.yaml"
-    apc_off.write_text(config_yaml(configs[0], False, []))
-    cases.append(["serve", TARGET, "--config", str(apc_off)])
-    expected.append((configs[0], False))
-    cases.append(_argv(serve_command(TARGET, configs[2], False, [])))
-    expected.append((configs[2], False))
+        assert PLACEHOLDER not in recommendation.emitted.config_yaml
+        yaml_file.write_text(recommendation.emitted.config_yaml)
+        cases.append(["serve", recommendation.target.model, "--config", str(yaml_file)])
+        expected.append((recommendation.speculative_config, True, _flag_values(recommendation)))
+    apc_off = replace(recommendations[0], enable_prefix_caching=False, derived_flags=())
+    apc_off_yaml = tmp_path / "apc_off.yaml"
+    apc_off_yaml.write_text(config_yaml(apc_off))
+    cases.append(["serve", TARGET, "--config", str(apc_off_yaml)])
+    expected.append((configs[0], False, {}))
+    cases.append(_argv(serve_command(replace(recommendations[2], enable_prefix_caching=False, derived_flags=()))))
+    expected.append((configs[2], False, {}))
 
     results = _parse(vllm_python, tiny_model, cases, tmp_path)
-    for case, result, (config, apc) in zip(cases, results, expected):
+    for case, result, (config, apc, flags) in zip(cases, results, expected):
         assert result["error"] is None, (case, result["error"])
         assert result["parsed"]
         assert result["speculative_config"] == config, case
         assert result["enable_prefix_caching"] is apc, case
+        assert {name: result[name] for name in flags} == flags, case
         if config is None or config["method"] in ("ngram", "suffix"):
             assert result["built"], case
             assert result["built_method"] == (config or {}).get("method")
