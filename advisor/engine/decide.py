@@ -45,7 +45,7 @@ DEFAULT_MAX_NUM_SEQS = 256
 # Without timestamps the load is unknown: predictions are made at these running batches, and said so.
 ASSUMED_TYPICAL_BATCH = 4
 ASSUMED_PEAK_BATCH = 32
-# Windows for the peak rate (report["arrivals"]): long enough for a steady-state batch to form.
+# Windows for the peak rate (report.arrivals): long enough for a steady-state batch to form.
 PEAK_WINDOW_S = 60.0
 SHORT_PEAK_WINDOW_S = 10.0
 # Sample sizes for confidence (requests with replayed outputs).

@@ -5,7 +5,6 @@ for --dry-run) or `run_verify`.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
