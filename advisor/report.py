@@ -433,6 +433,27 @@ class Emitted:
 
 
 @dataclass(frozen=True)
+class TpotAtConcurrency:
+    concurrency: int
+    baseline_tpot_ms: float
+    speculative_tpot_ms: float
+
+
+@dataclass(frozen=True)
+class TpotCurve:
+    """Predicted TPOT by concurrency in closed loop (C requests always in flight, the log's mean lengths),
+    without speculation and with `candidate`: the recommended one, or when none is (`recommended` false)
+    the best-ranked speculative candidate, to show where it stops paying."""
+
+    candidate: str
+    recommended: bool
+    input_len: float
+    output_len: float
+    load: str
+    rows: tuple[TpotAtConcurrency, ...]
+
+
+@dataclass(frozen=True)
 class Recommendation:
     speculative_config: dict | None
     enable_prefix_caching: bool
@@ -444,6 +465,7 @@ class Recommendation:
     segments: tuple[Segment, ...]
     derived_flags: tuple[DerivedFlag, ...]
     candidates: tuple[Candidate, ...]
+    tpot_by_concurrency: TpotCurve | None = None  # None: no speculative candidate at all
     emitted: Emitted | None = None
 
     @property

@@ -135,3 +135,58 @@ def test_segments_found_in_mixed_traffic_only() -> None:
     assert "promising" in advice[max(advice)] and "no lookup" in advice[min(advice)]
     assert segment_requests(copy) == []
     assert segment_requests(None) == []
+
+
+def test_tpot_by_concurrency_follows_the_cost_model_and_the_gain_shrinks_with_load() -> None:
+    from advisor.engine.cost import CostModel
+    from advisor.hardware import resolve_gpu, resolve_model
+
+    result = decide(report(**CODE_EDITING))
+    curve = result.tpot_by_concurrency
+    assert curve.recommended and curve.candidate == next(c.name for c in result.candidates if c.method)
+    assert [row.concurrency for row in curve.rows] == [1, 2, 4, 8, 16, 32, 64, 128, 256]  # to --max-num-seqs 256
+    cost = CostModel(resolve_model(result.target.model), resolve_gpu("H100"))
+    first = cost.closed_loop(1, CODE_EDITING["input_mean"], CODE_EDITING["output_mean"], async_scheduling=True)
+    assert curve.rows[0].baseline_tpot_ms == round(first.tpot_ms, 3)
+    gains = [row.baseline_tpot_ms / row.speculative_tpot_ms for row in curve.rows]
+    assert gains[0] > 1.5 and gains[-1] < gains[0]
+    limited = decide(report(**CODE_EDITING, max_num_seqs=64)).tpot_by_concurrency
+    assert [row.concurrency for row in limited.rows][-1] == 64
+
+
+def test_tpot_by_concurrency_shows_the_best_candidate_when_none_is_recommended() -> None:
+    result = decide(report(**NO_OVERLAP))
+    assert result.speculative_config is None
+    curve = result.tpot_by_concurrency
+    assert curve is not None and not curve.recommended
+    assert max(row.baseline_tpot_ms / row.speculative_tpot_ms for row in curve.rows) < 1.10
+
+
+def test_tpot_by_concurrency_is_absent_without_any_speculative_candidate() -> None:
+    assert decide(report(**{**NO_OVERLAP, "replay": []})).tpot_by_concurrency is None
+
+
+def test_tpot_by_concurrency_applies_the_per_batch_size_table() -> None:
+    """At each concurrency the curve prices the k of the table's band, not the table's largest k."""
+    from advisor.engine.cost import CostModel
+    from advisor.engine.load import Workload, closed_loop_point, point_from_replay
+    from advisor.hardware import resolve_gpu, resolve_model
+
+    varying = {**COPY_HEAVY_HIGH_RATE, "rate": 5.0, "peak": 200.0}
+    profile = report(**varying)
+    result = decide(profile)
+    config = result.speculative_config
+    table = config["num_speculative_tokens_per_batch_size"]
+    assert table[-1][2] < table[0][2] == config["num_speculative_tokens"]
+    base = {key: value for key, value in config.items() if key not in ("num_speculative_tokens_per_batch_size",
+                                                                        "num_speculative_tokens")}
+    points = {p.k: p for p in map(point_from_replay, profile.replay_sweep)
+              if p and {k: v for k, v in p.config.items() if k != "num_speculative_tokens"} == base}
+    cost = CostModel(resolve_model(result.target.model), resolve_gpu("H100"))
+    workload = Workload(1.0, 1.0, varying["input_mean"], varying["output_mean"], 0.0, "test")
+    rows = {row.concurrency: row for row in result.tpot_by_concurrency.rows}
+    for concurrency, k in ((1, table[0][2]), (256, table[-1][2])):
+        expected = closed_loop_point(cost, workload, concurrency, points[k]).tpot_ms
+        assert rows[concurrency].speculative_tpot_ms == round(expected, 3)
+    largest_k = closed_loop_point(cost, workload, 256, points[table[0][2]]).tpot_ms
+    assert rows[256].speculative_tpot_ms != round(largest_k, 3)

@@ -23,6 +23,7 @@ from advisor.engine.load import (
     SpecPoint,
     Workload,
     best_k_per_batch,
+    closed_loop_point,
     evaluate,
     k_for_batch,
     point_from_replay,
@@ -48,6 +49,9 @@ ASSUMED_PEAK_BATCH = 32
 # Windows for the peak rate (report.arrivals): long enough for a steady-state batch to form.
 PEAK_WINDOW_S = 60.0
 SHORT_PEAK_WINDOW_S = 10.0
+# Concurrency levels of the TPOT-by-concurrency curve (`recommendation.tpot_by_concurrency`), up to
+# --max-num-seqs: powers of two, as `advise whatif` and the H200 measurements use.
+CURVE_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 # Sample sizes for confidence (requests with replayed outputs).
 HIGH_CONFIDENCE_REQUESTS = 300
 LOW_CONFIDENCE_REQUESTS = 50
@@ -69,6 +73,17 @@ class Priced:
     speedup_peak: float
     tokens_per_step: float = 1.0
     notes: list[str] = field(default_factory=list)
+    # The speculative setting behind the predictions: one point, or one per k with the batch-size bands.
+    point: SpecPoint | None = None
+    points_by_k: dict[int, SpecPoint] = field(default_factory=dict)
+    bands: list[list[int]] | None = None
+
+    def point_at(self, batch: float) -> SpecPoint | None:
+        """The setting the server applies at `batch`: the band's k under a per-batch-size table."""
+        if self.point is None or self.bands is None:
+            return self.point
+        k = k_for_batch(self.bands, batch)
+        return self.points_by_k.get(k) or _zero_point(self.point)
 
     def section(self) -> doc.Candidate:
         """The report's `candidates` entry (rounded)."""
@@ -218,6 +233,7 @@ def _candidate_for_group(
     typical, peak = run(best, workload.typical_rate), run(best, workload.peak_rate)
     config = dict(best.config)
     notes: list[str] = []
+    table: list[list[int]] | None = None
     if best.method in DYNAMIC_K_METHODS and len(points) > 1:
         bands = best_k_per_batch(cost, points, workload.mean_context, max_batch)
         ks = {band[2] for band in bands if band[0] <= max(base_peak.batch, base_typical.batch) * 1.5}
@@ -237,6 +253,7 @@ def _candidate_for_group(
                 config["num_speculative_tokens"] = max(band[2] for band in bands) or best.k
                 config["num_speculative_tokens_per_batch_size"] = bands
                 typical, peak = table_typical, table_peak
+                table = bands
                 notes.append("k per batch-size band: " + ", ".join(f"{s}-{e}: k={k}" for s, e, k in bands))
     speedup_peak = base_peak.tpot_ms / peak.tpot_ms if peak.tpot_ms > 0 else 0.0
     if speedup_peak < PEAK_TOLERANCE:
@@ -254,6 +271,9 @@ def _candidate_for_group(
         speedup_peak=speedup_peak,
         tokens_per_step=best.tokens_per_step,
         notes=notes,
+        point=best,
+        points_by_k={p.k: p for p in points},
+        bands=table,
     )
 
 
@@ -273,6 +293,31 @@ def _choose(candidates: list[Priced]) -> Priced | None:
     replayed = [c for c in paying if c.from_replay]
     pool = replayed or paying
     return min(pool, key=_rank_key) if pool else None
+
+
+def tpot_by_concurrency(cost: CostModel, workload: Workload, candidates: list[Priced],
+                        chosen: Priced | None, max_batch: int) -> doc.TpotCurve | None:
+    """Predicted TPOT per concurrency (closed loop) without speculation and with the recommended candidate,
+    or, when none is recommended, the best-ranked speculative one (to show where it stops paying).
+
+    None when there is no speculative candidate at all (no replay and no prior for the model).
+    """
+    shown = chosen or next((c for c in candidates if c.method is not None), None)
+    if shown is None:
+        return None
+    rows = []
+    for level in (c for c in CURVE_CONCURRENCY if c <= max_batch):
+        base = closed_loop_point(cost, workload, level, None)
+        spec = closed_loop_point(cost, workload, level, shown.point_at(level))
+        rows.append(doc.TpotAtConcurrency(level, round(base.tpot_ms, 3), round(spec.tpot_ms, 3)))
+    return doc.TpotCurve(
+        candidate=shown.name,
+        recommended=chosen is not None,
+        input_len=round(workload.input_len, 1),
+        output_len=round(workload.output_len, 1),
+        load="closed loop: C requests always in flight (vllm bench serve --max-concurrency C), mean lengths",
+        rows=tuple(rows),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -549,6 +594,7 @@ def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc
         segments=tuple(segment_requests(features)),
         derived_flags=tuple(flags),
         candidates=tuple(c.section() for c in candidates),
+        tpot_by_concurrency=tpot_by_concurrency(cost, workload, candidates, chosen, max_batch),
     )
 
 

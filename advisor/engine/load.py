@@ -141,6 +141,24 @@ def evaluate(
     )
 
 
+def closed_loop_point(cost: CostModel, workload: Workload, concurrency: int, point: SpecPoint | None) -> LoadPoint:
+    """Steady state with `concurrency` requests always in flight (`vllm bench serve --max-concurrency C`) and
+    speculative setting `point` (None = no speculation, async scheduling on), at the workload's mean lengths."""
+    if point is None:
+        return cost.closed_loop(concurrency, workload.input_len, workload.output_len, async_scheduling=True)
+    draft_ms = cost.draft_ms(point.draft, concurrency, point.k, workload.mean_context) if point.draft else 0.0
+    return cost.closed_loop(
+        concurrency,
+        workload.input_len,
+        workload.output_len,
+        tokens_per_seq=point.verify_tokens_per_seq,
+        tokens_per_step=point.tokens_per_step,
+        speculative=True,
+        async_scheduling=point.async_scheduling,
+        draft_ms=draft_ms,
+    )
+
+
 def goodput(cost: CostModel, batch: int, point: SpecPoint | None, mean_context: float,
             speculative_server: bool = False) -> float:
     """Output tokens per ms at a fixed batch: batch * E(k) / T_step(batch, k) (SmartSpec, priors.md).
