@@ -51,12 +51,14 @@ def _speculative_config(_ctx: click.Context, _param: click.Parameter, value: str
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON on stdout.")
 @click.option("-o", "--out", type=click.Path(dir_okay=False, writable=True), help="Also write the JSON report to FILE.")
 @click.option("--checklist", type=click.Path(dir_okay=False, writable=True), help="Write the pre-deployment checklist (Markdown) to FILE.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True),
+              help="Write the report as one self-contained HTML page with plots to FILE (docs/html-report.md).")
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokenizer: str | None, model: str | None,
                     gpu: str | None, tp: int, max_num_seqs: int | None, request_rate: float | None,
                     block_size: int, hash_block_size: int, speculative_config: dict | None, no_replay: bool,
                     no_sweep: bool, max_replay_requests: int, no_recommend: bool, as_json: bool, out: str | None,
-                    checklist: str | None, no_progress: bool) -> None:
+                    checklist: str | None, html_path: str | None, no_progress: bool) -> None:
     """Profile LOGS (files, .gz, or - for stdin) and advise on APC and speculative decoding."""
     from advisor.profile import ProfileOptions, build_profile
 
@@ -77,11 +79,12 @@ def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokeni
             profile = build_profile(options, progress=bar.update)
     else:
         profile = build_profile(options)
-    write_outputs(profile.report, as_json=as_json, out=out, checklist=checklist)
+    write_outputs(profile.report, as_json=as_json, out=out, checklist=checklist, html=html_path)
 
 
-def write_outputs(report: Report, as_json: bool, out: str | None, checklist: str | None) -> None:
-    """The outputs of one report, shared by `advise LOGS` and `advise show`: JSON file, checklist, stdout."""
+def write_outputs(report: Report, as_json: bool, out: str | None, checklist: str | None,
+                  html: str | None = None) -> None:
+    """The outputs of one report, shared by `advise LOGS` and `advise show`: JSON file, checklist, HTML, stdout."""
     from advisor.emit.checklist import render_checklist
     from advisor.emit.terminal import render_terminal
     from advisor.report import dumps
@@ -95,6 +98,11 @@ def write_outputs(report: Report, as_json: bool, out: str | None, checklist: str
             raise ConfigError("--checklist needs the recommendation: this report was profiled with --no-recommend")
         with open(checklist, "w", encoding="utf-8") as handle:
             handle.write(render_checklist(report))
+    if html:
+        from advisor.emit.html import render_html
+
+        with open(html, "w", encoding="utf-8") as handle:
+            handle.write(render_html(report))
     if as_json:
         sys.stdout.buffer.write(document)
     else:
