@@ -165,7 +165,10 @@ def tpot_by_concurrency(concurrency: Sequence[int], baseline_ms: Sequence[float]
         ax.plot(concurrency, baseline_ms, color=GREY, marker="o", label="no speculation")
         ax.plot(concurrency, speculative_ms, color=BLUE, marker="o",
                 label=candidate + ("" if recommended else " (not recommended)"))
-        for batch, name in ((typical_batch, "typical"), (peak_batch, "peak")):
+        marks = [(typical_batch, "typical"), (peak_batch, "peak")]
+        if typical_batch and peak_batch and abs(peak_batch - typical_batch) <= 0.05 * peak_batch:
+            marks = [(peak_batch, "typical and peak")]  # one line, one label
+        for batch, name in marks:
             if batch:
                 ax.axvline(max(batch, 1.0), color=GREEN, linestyle=":", linewidth=1.4)
                 ax.annotate(f"{name} load (batch {batch:.1f})", (max(batch, 1.0), 0.5),

@@ -1,0 +1,224 @@
+"""The HTML report: self-contained, every plot or the reason it is missing, no prompt or completion text;
+and the same pages loaded from file:// in a real headless Chromium (Debian's chromium + chromium-driver).
+
+The browser tests skip with a reason when Chromium, chromedriver or selenium is missing, and FAIL instead when
+ADVISOR_BROWSER_REQUIRED is set (.ci/run sets it and installs the packages). Screenshots go to
+$ADVISOR_ARTIFACTS when set, else to pytest's tmp_path; the test prints the folder.
+"""
+from __future__ import annotations
+
+import html
+import os
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+from markupsafe import escape
+
+from advisor.emit.checklist import render_checklist
+from advisor.emit.html import figures, render_html
+from advisor.ingest import read_requests
+from advisor.profile import ProfileOptions, build_profile
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+ALL_PLOTS = {
+    "apc": "Prefix-cache hit rate vs cache size",
+    "speculative": "Acceptance rate by k",
+    "tpot": "Predicted TPOT by concurrency",
+    "lengths": "Prompt and completion lengths",
+    "arrivals": "Arrival rate over time",
+}
+MIN_SNIPPET = 24  # characters: shorter lines (``` or "import os") could occur in any page by chance
+
+
+def _page(path: Path) -> tuple[dict, str]:
+    """The saved-report form of a profile (JSON round trip) and its HTML page."""
+    profile = build_profile(ProfileOptions(paths=(str(path),)))
+    report = orjson.loads(orjson.dumps(profile.report, option=orjson.OPT_SERIALIZE_NUMPY))
+    return report, render_html(report, render_checklist(profile.report, profile.recommendation))
+
+
+def _text_snippets(path: Path) -> list[str]:
+    """Every line of at least MIN_SNIPPET characters of every prompt, message and completion in the log."""
+    snippets = set()
+    for request in read_requests([str(path)]):
+        texts = [m.content for m in request.messages or ()] + [request.prompt or "", request.completion or ""]
+        for text in texts:
+            snippets.update(line.strip() for line in text.splitlines() if len(line.strip()) >= MIN_SNIPPET)
+    return sorted(snippets)
+
+
+def _assert_no_log_text(page: str, snippets: list[str]) -> None:
+    assert snippets, "the log has no text: the privacy check would be empty"
+    forms = (lambda s: s, lambda s: html.escape(s, quote=False), lambda s: str(escape(s)))
+    leaked = [s for s in snippets if any(form(s) in page for form in forms)]
+    assert not leaked, f"{len(leaked)} prompt/completion lines in the page, e.g. {leaked[0][:60]!r}"
+
+
+@pytest.fixture(scope="module")
+def code_editing() -> tuple[dict, str]:
+    return _page(FIXTURES / "code_editing.jsonl")
+
+
+def test_page_is_self_contained_with_every_plot(code_editing: tuple[dict, str]) -> None:
+    report, page = code_editing
+    assert not re.search(r"<script|<link(?![^>]*href=\"data:)|@import|url\((?!#)", page)
+    assert not re.search(r"(src|href)=\"(?!data:|#)", page)  # nothing to fetch at view time
+    assert page.count("<svg") == len(ALL_PLOTS)
+    for key, title in ALL_PLOTS.items():
+        assert f'data-plot="{key}"' in page and title in page
+    assert "@media print" in page
+    emitted = report["recommendation"]["emitted"]
+    assert str(escape(emitted["serve_command"])) in page  # as the template escapes it
+    assert str(escape(emitted["config_yaml"])) in page
+    assert "Pre-deployment checklist" in page and "A/B verification" in page
+
+
+def test_page_has_no_prompt_or_completion_text(code_editing: tuple[dict, str]) -> None:
+    _assert_no_log_text(code_editing[1], _text_snippets(FIXTURES / "code_editing.jsonl"))
+
+
+def test_missing_data_gives_the_reason_instead_of_a_plot() -> None:
+    profile = build_profile(ProfileOptions(paths=(str(FIXTURES / "azure_trace.csv"),)))
+    shown = figures(profile.report)
+    assert shown["lengths"].svg and shown["arrivals"].svg  # token counts and timestamps are in the trace
+    assert shown["apc"].svg is None and "no prompt text and no block hashes" in shown["apc"].missing
+    assert shown["speculative"].svg is None and "no completion text" in shown["speculative"].missing
+    page = render_html(profile.report)
+    assert page.count("<svg") == 2 and "Not plotted: prefix sharing and APC disabled" in page
+
+
+def test_plots_carry_exactly_the_report_figures(code_editing: tuple[dict, str]) -> None:
+    """The SVGs are drawn from the document: every replayed setting is a series, every APC point a marker."""
+    report, _ = code_editing
+    shown = figures(report)
+    settings = {"ngram window 1-3", "ngram window 2-4", "ngram window 3-5", "ngram window 5-5", "suffix (vLLM defaults)"}
+    assert all(name in shown["speculative"].svg for name in settings)
+    assert f"unlimited cache: {report['apc']['ceiling']['hit_rate']:.0%}" in shown["apc"].svg
+    curve = report["recommendation"]["tpot_by_concurrency"]
+    assert curve["candidate"] in shown["tpot"].svg
+    assert f"per {report['arrivals']['detail']['bin_s']:g} s bin" in shown["arrivals"].svg
+
+
+# --------------------------------------------------------------------------------------------------------
+# in a real browser
+# --------------------------------------------------------------------------------------------------------
+
+PLOTS_JS = """
+return Array.from(document.querySelectorAll('[data-plot]')).map(el => {
+  const svg = el.querySelector('svg');
+  const box = svg ? svg.getBoundingClientRect() : {width: 0, height: 0};
+  const texts = svg ? Array.from(svg.querySelectorAll('text')).map(t => {
+      const b = t.getBBox(); return {text: t.textContent, width: b.width}; }) : [];
+  return {key: el.dataset.plot, width: box.width, height: box.height,
+          paths: svg ? svg.querySelectorAll('path').length : 0, texts: texts, body: el.textContent};
+});
+"""
+
+
+def _artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = Path(os.environ["ADVISOR_ARTIFACTS"]) if os.environ.get("ADVISOR_ARTIFACTS") else \
+        tmp_path_factory.mktemp("html-report")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium through chromedriver, both from Debian; selenium-manager never runs (explicit paths)."""
+    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.is_file()]
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        missing.append("selenium (pip install -e '.[test]')")
+    if missing:
+        reason = "no headless browser: missing " + ", ".join(missing) + " (apt-get install chromium chromium-driver)"
+        if os.environ.get("ADVISOR_BROWSER_REQUIRED"):
+            pytest.fail(reason + "; ADVISOR_BROWSER_REQUIRED is set")
+        pytest.skip(reason)
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1280,900", "--hide-scrollbars", "--disable-extensions"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _severe(driver) -> list[str]:
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def _load(driver, path: Path) -> None:
+    driver.get_log("browser")  # drop what an earlier page logged
+    driver.get(path.as_uri())
+
+
+def _check_in_browser(driver, page: str, name: str, expected: set[str], folder: Path, snippets: list[str]) -> None:
+    path = folder / f"{name}.html"
+    path.write_text(page, encoding="utf-8")
+    _load(driver, path)
+    assert _severe(driver) == []
+    plots = {item["key"]: item for item in driver.execute_script(PLOTS_JS)}
+    assert set(plots) == set(ALL_PLOTS)
+    for key in expected:
+        item = plots[key]
+        assert item["width"] > 300 and item["height"] > 150, (key, item["width"], item["height"])
+        assert item["paths"] >= 10, key
+        title = next((t for t in item["texts"] if t["text"] == ALL_PLOTS[key]), None)
+        assert title is not None and title["width"] > 50, f"{key}: title not laid out"
+    for key in set(ALL_PLOTS) - expected:
+        assert plots[key]["paths"] == 0 and "Not plotted:" in plots[key]["body"], key
+    _assert_no_log_text(driver.page_source, snippets)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1280, height)
+    screenshot = folder / f"{name}.png"
+    assert driver.save_screenshot(str(screenshot)) and screenshot.stat().st_size > 20_000
+    driver.set_window_size(1280, 900)
+    print(f"HTML report and screenshot: {path} {screenshot}")
+
+
+def test_console_errors_are_seen(browser, tmp_path: Path) -> None:
+    """The console check can fail: a page with a missing image logs a SEVERE entry."""
+    broken = tmp_path / "broken.html"
+    broken.write_text('<!DOCTYPE html><html><head><link rel="icon" href="data:,"></head>'
+                      '<body><img src="missing.png" alt=""></body></html>')
+    _load(browser, broken)
+    assert any("missing.png" in message for message in _severe(browser))
+
+
+def test_fixture_report_in_browser(browser, code_editing: tuple[dict, str],
+                                   tmp_path_factory: pytest.TempPathFactory) -> None:
+    _check_in_browser(browser, code_editing[1], "code_editing", set(ALL_PLOTS), _artifacts(tmp_path_factory),
+                      _text_snippets(FIXTURES / "code_editing.jsonl"))
+
+
+@pytest.mark.real_data
+def test_real_agent_trajectory_report_in_browser(browser, real_file, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A real SWE-agent trajectory: text, no timestamps, so the arrival plot gives its reason instead."""
+    path = real_file("swe_agent_marshmallow_1867.traj")
+    report, page = _page(path)
+    assert "arrival rate and burstiness" in {item["analysis"] for item in report["disabled_analyses"]}
+    _check_in_browser(browser, page, "swe_agent", set(ALL_PLOTS) - {"arrivals"}, _artifacts(tmp_path_factory),
+                      _text_snippets(path))
+
+
+def test_cli_writes_the_html_report(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from advisor.cli import cli
+
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(cli, [str(FIXTURES / "mooncake_trace.jsonl"), "--html", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    page = out.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and 'data-plot="apc"' in page and "Pre-deployment checklist" in page
