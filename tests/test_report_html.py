@@ -7,6 +7,7 @@ $ADVISOR_ARTIFACTS when set, else to pytest's tmp_path; the test prints the fold
 """
 from __future__ import annotations
 
+import base64
 import html
 import os
 import re
@@ -184,7 +185,12 @@ def _check_in_browser(driver, page: str, name: str, expected: set[str], folder: 
     screenshot = folder / f"{name}.png"
     assert driver.save_screenshot(str(screenshot)) and screenshot.stat().st_size > 20_000
     driver.set_window_size(1280, 900)
-    print(f"HTML report and screenshot: {path} {screenshot}")
+    from selenium.webdriver.common.print_page_options import PrintOptions
+
+    pdf = base64.b64decode(driver.print_page(PrintOptions()))  # the print CSS, as "Save as PDF" applies it
+    assert pdf.startswith(b"%PDF") and len(re.findall(rb"/Type\s*/Page[^s]", pdf)) >= 3
+    (folder / f"{name}.pdf").write_bytes(pdf)
+    print(f"HTML report, screenshot and print: {path} {screenshot} {folder / (name + '.pdf')}")
 
 
 def test_console_errors_are_seen(browser, tmp_path: Path) -> None:

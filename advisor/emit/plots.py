@@ -181,7 +181,7 @@ def tpot_by_concurrency(concurrency: Sequence[int], baseline_ms: Sequence[float]
         ax.set_xlabel("concurrent requests (log scale)")
         ax.set_ylabel("TPOT (ms per output token)")
         ax.set_title("Predicted TPOT by concurrency")
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper center")
         return _svg(figure)
 
 
