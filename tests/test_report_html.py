@@ -91,6 +91,9 @@ def test_missing_data_gives_the_reason_instead_of_a_plot() -> None:
     assert shown["speculative"].svg is None and "no completion text" in shown["speculative"].missing
     page = render_html(profile.report)
     assert page.count("<svg") == 2 and "Not plotted: prefix sharing and APC disabled" in page
+    measured_only = build_profile(ProfileOptions(paths=(str(FIXTURES / "azure_trace.csv"),), recommend=False))
+    assert "(--no-recommend)" in figures(measured_only.report)["tpot"].missing
+    assert "Configs to deploy" not in render_html(measured_only.report)
 
 
 def test_plots_carry_exactly_the_report_figures(code_editing: tuple[dict, str]) -> None:
@@ -169,6 +172,7 @@ def _check_in_browser(driver, page: str, name: str, expected: set[str], folder: 
     path.write_text(page, encoding="utf-8")
     _load(driver, path)
     assert _severe(driver) == []
+    assert driver.execute_script("return performance.getEntriesByType('resource').length") == 0  # fetched nothing
     plots = {item["key"]: item for item in driver.execute_script(PLOTS_JS)}
     assert set(plots) == set(ALL_PLOTS)
     for key in expected:
