@@ -13,14 +13,13 @@ import os
 import re
 from pathlib import Path
 
-import orjson
 import pytest
 from markupsafe import escape
 
-from advisor.emit.checklist import render_checklist
 from advisor.emit.html import figures, render_html
 from advisor.ingest import read_requests
 from advisor.profile import ProfileOptions, build_profile
+from advisor.report import Report, dumps, loads
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -36,11 +35,10 @@ ALL_PLOTS = {
 MIN_SNIPPET = 24  # characters: shorter lines (``` or "import os") could occur in any page by chance
 
 
-def _page(path: Path) -> tuple[dict, str]:
-    """The saved-report form of a profile (JSON round trip) and its HTML page."""
-    profile = build_profile(ProfileOptions(paths=(str(path),)))
-    report = orjson.loads(orjson.dumps(profile.report, option=orjson.OPT_SERIALIZE_NUMPY))
-    return report, render_html(report, render_checklist(profile.report, profile.recommendation))
+def _page(path: Path) -> tuple[Report, str]:
+    """A profile's report read back from its JSON (as `advise show` reads it) and the HTML page of it."""
+    report = loads(dumps(build_profile(ProfileOptions(paths=(str(path),))).report))
+    return report, render_html(report)
 
 
 def _text_snippets(path: Path) -> list[str]:
@@ -61,11 +59,11 @@ def _assert_no_log_text(page: str, snippets: list[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def code_editing() -> tuple[dict, str]:
+def code_editing() -> tuple[Report, str]:
     return _page(FIXTURES / "code_editing.jsonl")
 
 
-def test_page_is_self_contained_with_every_plot(code_editing: tuple[dict, str]) -> None:
+def test_page_is_self_contained_with_every_plot(code_editing: tuple[Report, str]) -> None:
     report, page = code_editing
     assert not re.search(r"<script|<link(?![^>]*href=\"data:)|@import|url\((?!#)", page)
     assert not re.search(r"(src|href)=\"(?!data:|#)", page)  # nothing to fetch at view time
@@ -73,13 +71,13 @@ def test_page_is_self_contained_with_every_plot(code_editing: tuple[dict, str]) 
     for key, title in ALL_PLOTS.items():
         assert f'data-plot="{key}"' in page and title in page
     assert "@media print" in page
-    emitted = report["recommendation"]["emitted"]
-    assert str(escape(emitted["serve_command"])) in page  # as the template escapes it
-    assert str(escape(emitted["config_yaml"])) in page
+    emitted = report.recommendation.emitted
+    assert str(escape(emitted.serve_command)) in page  # as the template escapes it
+    assert str(escape(emitted.config_yaml)) in page
     assert "Pre-deployment checklist" in page and "A/B verification" in page
 
 
-def test_page_has_no_prompt_or_completion_text(code_editing: tuple[dict, str]) -> None:
+def test_page_has_no_prompt_or_completion_text(code_editing: tuple[Report, str]) -> None:
     _assert_no_log_text(code_editing[1], _text_snippets(FIXTURES / "code_editing.jsonl"))
 
 
@@ -96,16 +94,15 @@ def test_missing_data_gives_the_reason_instead_of_a_plot() -> None:
     assert "Configs to deploy" not in render_html(measured_only.report)
 
 
-def test_plots_carry_exactly_the_report_figures(code_editing: tuple[dict, str]) -> None:
+def test_plots_carry_exactly_the_report_figures(code_editing: tuple[Report, str]) -> None:
     """The SVGs are drawn from the document: every replayed setting is a series, every APC point a marker."""
     report, _ = code_editing
     shown = figures(report)
     settings = {"ngram window 1-3", "ngram window 2-4", "ngram window 3-5", "ngram window 5-5", "suffix (vLLM defaults)"}
     assert all(name in shown["speculative"].svg for name in settings)
-    assert f"unlimited cache: {report['apc']['ceiling']['hit_rate']:.0%}" in shown["apc"].svg
-    curve = report["recommendation"]["tpot_by_concurrency"]
-    assert curve["candidate"] in shown["tpot"].svg
-    assert f"per {report['arrivals']['detail']['bin_s']:g} s bin" in shown["arrivals"].svg
+    assert f"unlimited cache: {report.apc.ceiling.hit_rate:.0%}" in shown["apc"].svg
+    assert report.recommendation.tpot_by_concurrency.candidate in shown["tpot"].svg
+    assert f"per {report.arrivals.bin_s:g} s bin" in shown["arrivals"].svg
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -206,7 +203,7 @@ def test_console_errors_are_seen(browser, tmp_path: Path) -> None:
     assert any("missing.png" in message for message in _severe(browser))
 
 
-def test_fixture_report_in_browser(browser, code_editing: tuple[dict, str],
+def test_fixture_report_in_browser(browser, code_editing: tuple[Report, str],
                                    tmp_path_factory: pytest.TempPathFactory) -> None:
     _check_in_browser(browser, code_editing[1], "code_editing", set(ALL_PLOTS), _artifacts(tmp_path_factory),
                       _text_snippets(FIXTURES / "code_editing.jsonl"))
@@ -217,18 +214,23 @@ def test_real_agent_trajectory_report_in_browser(browser, real_file, tmp_path_fa
     """A real SWE-agent trajectory: text, no timestamps, so the arrival plot gives its reason instead."""
     path = real_file("swe_agent_marshmallow_1867.traj")
     report, page = _page(path)
-    assert "arrival rate and burstiness" in {item["analysis"] for item in report["disabled_analyses"]}
+    assert "arrival rate and burstiness" in {item.analysis for item in report.disabled_analyses}
     _check_in_browser(browser, page, "swe_agent", set(ALL_PLOTS) - {"arrivals"}, _artifacts(tmp_path_factory),
                       _text_snippets(path))
 
 
-def test_cli_writes_the_html_report(tmp_path: Path) -> None:
+def test_cli_writes_the_html_report_and_show_rewrites_it_identically(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from advisor.cli import cli
 
-    out = tmp_path / "report.html"
-    result = CliRunner().invoke(cli, [str(FIXTURES / "mooncake_trace.jsonl"), "--html", str(out)], catch_exceptions=False)
+    saved, first, again = tmp_path / "report.json", tmp_path / "run.html", tmp_path / "show.html"
+    runner = CliRunner()
+    result = runner.invoke(cli, [str(FIXTURES / "mooncake_trace.jsonl"), "-o", str(saved), "--html", str(first)],
+                           catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
-    page = out.read_text(encoding="utf-8")
+    page = first.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and 'data-plot="apc"' in page and "Pre-deployment checklist" in page
+    result = runner.invoke(cli, ["show", str(saved), "--html", str(again)], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert again.read_bytes() == first.read_bytes()  # the page is a rendering of the saved document alone
