@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from markupsafe import escape
 
+from advisor.emit.checklist import render_checklist
 from advisor.emit.html import figures, render_html
 from advisor.ingest import read_requests
 from advisor.profile import ProfileOptions, build_profile
@@ -74,7 +75,10 @@ def test_page_is_self_contained_with_every_plot(code_editing: tuple[Report, str]
     emitted = report.recommendation.emitted
     assert str(escape(emitted.serve_command)) in page  # as the template escapes it
     assert str(escape(emitted.config_yaml)) in page
-    assert "Pre-deployment checklist" in page and "A/B verification" in page
+    boxes = render_checklist(report).count("\n- [ ] ")
+    checklist = page[page.index("Pre-deployment checklist"):]
+    assert boxes > 10 and checklist.count('<ul class="checklist">') == 4 and checklist.count("<li>") == boxes
+    assert "<h3>A/B verification (<code>advise verify</code>)</h3>" in checklist
 
 
 def test_page_has_no_prompt_or_completion_text(code_editing: tuple[Report, str]) -> None:

@@ -8,7 +8,9 @@ compute is replaced by the reason (the report's `disabled_analyses`, or the opti
 """
 from __future__ import annotations
 
+import html
 import json
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -142,29 +144,22 @@ def _num(value: Any, digits: int = 0, unit: str = "") -> str:
     return f"{value:,}{unit}"
 
 
-def _checklist_sections(markdown: str | None) -> list[dict]:
-    """The checklist's Markdown (emit.checklist) as sections of items: its `## ` headings and `- ` items.
+def _checklist_sections(markdown: str) -> list[tuple[str, list[str]]]:
+    """The checklist's Markdown (emit.checklist) as (heading, items) from its `## ` headings and `- [ ] ` items.
 
-    Inline `code` and **bold** are the only markup it uses; they become HTML in the template (after escaping).
+    Its Evidence section is left out: the page shows the evidence beside the recommendation.
     """
-    if not markdown:
-        return []
-    sections: list[dict] = []
+    sections: list[tuple[str, list[str]]] = []
     for line in markdown.splitlines():
         if line.startswith("## "):
-            sections.append({"title": line[3:], "items": [], "notes": []})
+            sections.append((line[3:], []))
         elif sections and line.startswith("- [ ] "):
-            sections[-1]["items"].append({"box": True, "text": line[6:]})
-        elif sections and line.startswith("- "):
-            sections[-1]["items"].append({"box": False, "text": line[2:]})
-    return sections
+            sections[-1][1].append(line[6:])
+    return [(title, items) for title, items in sections if items]
 
 
 def _inline(text: str) -> str:
     """Escapes `text` and renders the checklist's inline Markdown: `code` and **bold**."""
-    import html
-    import re
-
     escaped = html.escape(text, quote=False)
     escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
     return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", escaped)
