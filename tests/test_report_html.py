@@ -98,6 +98,14 @@ def test_missing_data_gives_the_reason_instead_of_a_plot() -> None:
     assert "Configs to deploy" not in render_html(measured_only.report)
 
 
+def test_sparse_arrivals_are_plotted_per_hour() -> None:
+    from advisor.emit.plots import arrival_rate
+
+    svg = arrival_rate(21600.0, [1, 0, 3, 2], 6 / 86400)
+    assert "per 6 h bin" in svg and "requests per hour" in svg and "mean 0.25 requests per hour" in svg
+    assert "time since the first request (hours)" in svg
+
+
 def test_plots_carry_exactly_the_report_figures(code_editing: tuple[Report, str]) -> None:
     """The SVGs are drawn from the document: every replayed setting is a series, every APC point a marker."""
     report, _ = code_editing
@@ -106,7 +114,8 @@ def test_plots_carry_exactly_the_report_figures(code_editing: tuple[Report, str]
     assert all(name in shown["speculative"].svg for name in settings)
     assert f"unlimited cache: {report.apc.ceiling.hit_rate:.0%}" in shown["apc"].svg
     assert report.recommendation.tpot_by_concurrency.candidate in shown["tpot"].svg
-    assert f"per {report.arrivals.bin_s:g} s bin" in shown["arrivals"].svg
+    assert f"per {report.arrivals.bin_s:g} s bin" in shown["arrivals"].svg  # 10 s bins over 151 s
+    assert "requests per second" in shown["arrivals"].svg
 
 
 # --------------------------------------------------------------------------------------------------------

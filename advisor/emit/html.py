@@ -144,6 +144,13 @@ def _num(value: Any, digits: int = 0, unit: str = "") -> str:
     return f"{value:,}{unit}"
 
 
+def _sig(value: float | None) -> str:
+    """Three significant digits for rates that span 0.0006 to 300 req/s (never 0.00 nor 1.23e+03)."""
+    if value is None:
+        return "n/a"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def _checklist_sections(markdown: str) -> list[tuple[str, list[str]]]:
     """The checklist's Markdown (emit.checklist) as (heading, items) from its `## ` headings and `- [ ] ` items.
 
@@ -177,6 +184,7 @@ def render_html(report: Report) -> str:
                                      lstrip_blocks=True)
     environment.filters["pct"] = _pct
     environment.filters["num"] = _num
+    environment.filters["sig"] = _sig
     environment.filters["inline"] = lambda text: Markup(_inline(text))
     environment.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2)
     environment.filters["compact_json"] = lambda value: json.dumps(value)

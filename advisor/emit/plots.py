@@ -218,25 +218,34 @@ def length_histograms(input_hist: tuple[Sequence[float], Sequence[int]] | None,
         return _svg(figure)
 
 
+def _duration(seconds: float) -> str:
+    """A bin width as people say it: 10 s, 5 min, 6 h, 2 d."""
+    for size, unit in ((86400.0, "d"), (3600.0, "h"), (60.0, "min")):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
+
+
 def arrival_rate(bin_s: float, counts: Sequence[int], mean_rate: float | None) -> str:
-    """Requests per second in consecutive bins of `bin_s` seconds since the first arrival."""
-    if len(counts) * bin_s > 2 * 3600:
-        unit, scale = "hours", 3600.0
-    elif len(counts) * bin_s > 2 * 60:
-        unit, scale = "minutes", 60.0
-    else:
-        unit, scale = "seconds", 1.0
+    """Requests per second (per minute or hour for sparse logs) in consecutive bins of `bin_s` seconds."""
+    span = len(counts) * bin_s
+    unit, scale = next(((name, size) for name, size in (("hours", 3600.0), ("minutes", 60.0))
+                        if span > 2 * size), ("seconds", 1.0))
+    peak = max(counts) / bin_s
+    rate_unit, per = next(((name, size) for name, size in (("second", 1.0), ("minute", 60.0))
+                           if peak * size >= 1), ("hour", 3600.0))
     edges = [i * bin_s / scale for i in range(len(counts) + 1)]
-    rates = [count / bin_s for count in counts]
+    rates = [count / bin_s * per for count in counts]
     with _figure("arrivals") as (figure, ax):
         ax.stairs(rates, edges, fill=True, alpha=0.25, color=BLUE)
-        ax.stairs(rates, edges, color=BLUE, linewidth=1.5, label=f"per {bin_s:g} s bin")
+        ax.stairs(rates, edges, color=BLUE, linewidth=1.5, label=f"per {_duration(bin_s)} bin")
         if mean_rate is not None:
-            ax.axhline(mean_rate, color=GREY, linestyle="--", linewidth=1.2, label=f"mean {mean_rate:.3g} req/s")
+            ax.axhline(mean_rate * per, color=GREY, linestyle="--", linewidth=1.2,
+                       label=f"mean {mean_rate * per:.3g} requests per {rate_unit}")
         ax.set_xlim(0, edges[-1])
         ax.set_ylim(bottom=0)
         ax.set_xlabel(f"time since the first request ({unit})")
-        ax.set_ylabel("requests per second")
+        ax.set_ylabel(f"requests per {rate_unit}")
         ax.set_title("Arrival rate over time")
         figure.legend(loc="outside lower center", ncols=2)
         return _svg(figure)
