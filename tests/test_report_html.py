@@ -75,6 +75,8 @@ def test_page_is_self_contained_with_every_plot(code_editing: tuple[Report, str]
     emitted = report.recommendation.emitted
     assert str(escape(emitted.serve_command)) in page  # as the template escapes it
     assert str(escape(emitted.config_yaml)) in page
+    candidates = page[page.index('data-table="candidates"'):]
+    assert candidates[:candidates.index("</table>")].count("<tr>") == len(report.recommendation.candidates) + 1
     boxes = render_checklist(report).count("\n- [ ] ")
     checklist = page[page.index("Pre-deployment checklist"):]
     assert boxes > 10 and checklist.count('<ul class="checklist">') == 4 and checklist.count("<li>") == boxes
