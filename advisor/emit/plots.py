@@ -57,7 +57,6 @@ class Line:
     y: Sequence[float]
     colour: str
     highlight: int | None = None  # index of a point to mark (the recommended setting)
-    dashed: bool = False
 
 
 @contextmanager
@@ -66,6 +65,8 @@ def _figure(name: str, ncols: int = 1):
     import matplotlib
     from matplotlib.figure import Figure
 
+    # A fixed salt per figure: SVG ids are then the same on every run (a page re-rendered by `advise show`
+    # is byte-identical) and differ between the figures of one page (no duplicate ids in the DOM).
     with matplotlib.rc_context({**_STYLE, "svg.hashsalt": name}):
         figure = Figure(figsize=(FIGSIZE[0] * (1.0 if ncols == 1 else 1.55), FIGSIZE[1]), layout="constrained")
         axes = figure.subplots(1, ncols)
@@ -129,8 +130,7 @@ def speculative_by_k(lines: Sequence[Line], acceptance: Sequence[Line]) -> str:
     with _figure("spec", ncols=2) as (figure, (left, right)):
         for ax, series in ((left, acceptance), (right, lines)):
             for line in series:
-                ax.plot(line.x, line.y, color=line.colour, marker="o", label=line.label,
-                        linestyle="--" if line.dashed else "-")
+                ax.plot(line.x, line.y, color=line.colour, marker="o", label=line.label)
                 if line.highlight is not None:
                     ax.plot([line.x[line.highlight]], [line.y[line.highlight]], marker="*", markersize=15,
                             color=GREEN, linestyle="none", zorder=5)
