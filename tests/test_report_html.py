@@ -185,6 +185,8 @@ def _check_in_browser(driver, page: str, name: str, expected: set[str], folder: 
     _load(driver, path)
     assert _severe(driver) == []
     assert driver.execute_script("return performance.getEntriesByType('resource').length") == 0  # fetched nothing
+    duplicate_ids = "const ids = [...document.querySelectorAll('[id]')].map(e => e.id); return ids.length - new Set(ids).size;"
+    assert driver.execute_script(duplicate_ids) == 0  # the SVGs' clip paths and markers resolve to their own figure
     plots = {item["key"]: item for item in driver.execute_script(PLOTS_JS)}
     assert set(plots) == set(ALL_PLOTS)
     for key in expected:

@@ -8,6 +8,7 @@ imported only here, and only when an HTML report is rendered.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,20 +66,30 @@ def _figure(name: str, ncols: int = 1):
     import matplotlib
     from matplotlib.figure import Figure
 
-    # A fixed salt per figure: SVG ids are then the same on every run (a page re-rendered by `advise show`
-    # is byte-identical) and differ between the figures of one page (no duplicate ids in the DOM).
+    # A fixed salt: the SVG's hashed ids are the same on every run (a page re-rendered by `advise show` is
+    # byte-identical).
     with matplotlib.rc_context({**_STYLE, "svg.hashsalt": name}):
         figure = Figure(figsize=(FIGSIZE[0] * (1.0 if ncols == 1 else 1.55), FIGSIZE[1]), layout="constrained")
+        figure.set_label(name)
         axes = figure.subplots(1, ncols)
         yield figure, axes
 
 
 def _svg(figure) -> str:
-    """The figure as SVG text without the XML prolog (it is inlined into HTML)."""
+    """The figure as SVG text without the XML prolog (it is inlined into HTML).
+
+    matplotlib numbers its element ids per figure (figure_1, patch_1, ...): every id and every reference to
+    one (url(#...), href="#...") gets the figure's name (its label) as prefix, so one page holds several figures
+    without duplicate ids.
+    """
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
     text = buffer.getvalue()
-    return text[text.index("<svg"):]
+    text = text[text.index("<svg"):]
+    name = figure.get_label()
+    text = re.sub(r'\bid="([^"]+)"', rf'id="{name}-\1"', text)
+    text = re.sub(r"url\(#([^)]+)\)", rf"url(#{name}-\1)", text)
+    return re.sub(r'href="#([^"]+)"', rf'href="#{name}-\1"', text)
 
 
 def _count(value: float, _position=None) -> str:
