@@ -153,16 +153,26 @@ def _tokenizer(options: ProfileOptions, state: dict[str, Any]):
     return state["request_tokenizer"]
 
 
+def _has_ids(request: Request) -> bool:
+    return request.prompt_token_ids is not None or request.output_token_ids is not None
+
+
 def _process_batch(
     batch: list[Request], options: ProfileOptions, out: _Collected, tokenizer_state: dict[str, Any], rng: np.random.Generator
 ) -> None:
-    text = [r for r in batch if r.has_text or r.completion is not None]
+    # Logged token ids need no tokenizer; one named by the user checks them against its vocabulary.
+    named = options.tokenizer is not None or options.model is not None
+    text = [r for r in batch if r.needs_tokenizer or (named and _has_ids(r))]
     tokenized = {}
     if text:
         for item in _tokenizer(options, tokenizer_state).tokenize(text):
             tokenized[id(item.request)] = item
     for request in batch:
         item = tokenized.get(id(request))
+        if item is None and _has_ids(request):
+            from advisor.tokenize import logged_ids
+
+            item = logged_ids(request)
         prompt_ids = item.prompt_ids if item is not None else None
         output_ids = item.output_ids if item is not None else None
         input_len = len(prompt_ids) if prompt_ids is not None else request.prompt_tokens
@@ -273,6 +283,11 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: _Collected,
             skipped=ingest_stats.skipped,
             skipped_by_reason=dict(ingest_stats.skipped_by_reason),
             problems=tuple(ingest_stats.problems),
+            conversations=ingest_stats.conversations,
+            turns=ingest_stats.turns,
+            truncated=ingest_stats.truncated,
+            unfinished=ingest_stats.unfinished,
+            notes=tuple(ingest_stats.notes),
         ),
         lengths=lengths,
         arrivals=arrival_section,

@@ -27,6 +27,7 @@ class SamplingParams:
     top_k: int | None = None
     max_tokens: int | None = None
     seed: int | None = None
+    n: int | None = None  # completions per request (vLLM's SamplingParams.n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +54,20 @@ class Request:
     ttft_s: float | None = None
     block_hashes: tuple[int, ...] | None = None  # trace prefix-block ids (Mooncake hash_ids)
     hash_block_size: int | None = None  # tokens per entry of block_hashes
+    # The server's own token ids when the log has them (vLLM's request log): used as they are, no tokenizer.
+    prompt_token_ids: tuple[int, ...] | None = None
+    output_token_ids: tuple[int, ...] | None = None
+    finish_reason: str | None = None  # as logged ("stop", "length", ...)
 
     @property
     def has_text(self) -> bool:
         return self.messages is not None or self.prompt is not None
+
+    @property
+    def needs_tokenizer(self) -> bool:
+        """Whether some text of the request has no logged token ids (and must be tokenized)."""
+        return (self.has_text and self.prompt_token_ids is None) or (
+            self.completion is not None and self.output_token_ids is None)
 
     def extra(self) -> dict[str, Any]:
         """Non-text fields for debugging output (never the prompt or completion text)."""

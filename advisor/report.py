@@ -24,7 +24,7 @@ import orjson
 from advisor.errors import InputError
 from advisor.vllm_vocab import DEFAULT_GPU_MEMORY_UTILIZATION
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class ReportError(InputError):
@@ -99,6 +99,11 @@ class Ingest:
     skipped: int
     skipped_by_reason: dict[str, int]
     problems: tuple[str, ...]
+    conversations: int = 0  # chat formats: conversations read and their turns (every message)
+    turns: int = 0
+    truncated: int = 0  # requests whose logged prompt or output was cut (vLLM --max-log-len)
+    unfinished: int = 0  # requests logged without any output (server logs, batch files)
+    notes: tuple[str, ...] = ()  # what the log could not record, and how to record it
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,12 @@ def render_terminal(report: Report, style: bool = False) -> str:
         out.line(f"    {problem}")
     if ingest.skipped > len(ingest.problems[:5]) and ingest.problems:
         out.line("    ... (all problems are listed in the JSON report, up to its limit)")
+    if ingest.conversations:
+        out.line(f"  {ingest.conversations:,} conversations, {ingest.turns:,} turns")
+    if ingest.unfinished or ingest.truncated:
+        out.line(f"  {ingest.unfinished:,} unfinished (no output logged), {ingest.truncated:,} cut by the log's length limit")
+    for note in ingest.notes:
+        out.line(f"  note: {note}")
     for item in report.disabled_analyses:
         out.warn(f"{item.analysis} disabled: {item.reason}")
 

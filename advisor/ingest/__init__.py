@@ -2,7 +2,9 @@
 
 One reader module per format, registered in `READERS` by the name `--format` accepts. Line formats (JSONL,
 CSV) are streamed with constant memory; whole-document formats (a ShareGPT JSON array, a SWE-agent .traj)
-are loaded. Inputs may be gzip-compressed (told by their magic bytes) and "-" is stdin. Bad records are
+are loaded. Formats whose records span files (a server log rotated into several files, a batch request file
+and its output file) are read as one group of consecutive paths of that format, joined across them.
+Inputs may be gzip-compressed (told by their magic bytes) and "-" is stdin. Bad records are
 skipped and counted in `IngestStats` (messages "file:line: reason", never quoting record text), or raise
 `BadRecordError` under `strict`; a file that yields no request raises `InputError`.
 """
@@ -13,7 +15,7 @@ from typing import Callable, Iterator, Sequence
 import orjson
 
 from advisor.errors import InputError
-from advisor.ingest import aider, bench_custom, csv_traces, mooncake, openai, otel, sharegpt, swe_agent
+from advisor.ingest import aider, bench_custom, csv_traces, mooncake, openai, otel, sharegpt, swe_agent, vllm_log
 from advisor.ingest._io import SNIFF_BYTES, UTF8_BOM, IngestStats, Sink, Source
 from advisor.record import Request
 
@@ -31,7 +33,12 @@ READERS: dict[str, Reader] = {
     otel.NAME: otel.read,
     aider.NAME: aider.read,
 }
-FORMATS: tuple[str, ...] = tuple(READERS)
+# Formats read as a group of files: (sources, sinks) -> (index of the file, request) pairs.
+GroupReader = Callable[[Sequence[Source], Sequence[Sink]], Iterator[tuple[int, Request]]]
+GROUP_READERS: dict[str, GroupReader] = {
+    vllm_log.NAME: vllm_log.read_group,
+}
+FORMATS: tuple[str, ...] = tuple(READERS) + tuple(GROUP_READERS)
 # Record sniffers for JSON inputs, most specific first: bench-custom records are also valid completions
 # requests, and ShareGPT, trace and span records must not be mistaken for OpenAI logs.
 SNIFFERS = (
@@ -95,6 +102,8 @@ def _detect(source: Source) -> str:
         raise InputError(f"{source.name}: the file is empty")
     if suffix == ".md" or aider.looks_like(head):
         return aider.NAME
+    if vllm_log.looks_like(head):
+        return vllm_log.NAME
     if suffix == ".csv":
         header = head.split(b"\n", 1)[0].decode("utf-8", "replace")
         fmt = csv_traces.header_format(header)
@@ -134,25 +143,60 @@ def read_requests(
     skipped and counted in `stats`, or raise `BadRecordError` when `strict`. A file that yields no request
     raises `InputError` naming it and its count of bad records.
     """
-    if fmt is not None and fmt not in READERS:
+    if fmt is not None and fmt not in FORMATS:
         raise InputError(f"unknown format '{fmt}'; expected one of: {', '.join(FORMATS)}")
     stats = stats if stats is not None else IngestStats()
     global _stdin_source
-    for path in paths:
+    index = 0
+    while index < len(paths):
+        path = paths[index]
         source = _source(path)
         if path == "-":
             _stdin_source = None
         name = fmt or _detect(source)
         stats.formats[path] = name
-        sink = Sink(source.name, stats, strict)
-        yielded = 0
-        for request in READERS[name](source, sink, hash_block_size):
-            yielded += 1
-            stats.requests += 1
-            yield request
-        if yielded == 0:
-            if sink.bad_records:
-                raise InputError(f"{source.name}: no usable request in the file ({sink.bad_records} bad "
-                                 f"records, read as {name}); see the skipped-record messages or try --format")
-            raise InputError(f"{source.name}: no request in the file (read as {name}); the file is empty "
-                             f"or holds no records of that format")
+        if name in GROUP_READERS:
+            group = [(path, source)]
+            while index + 1 < len(paths) and paths[index + 1] != "-":
+                following = _source(paths[index + 1])
+                if (fmt or _detect(following)) != name:
+                    break
+                index += 1
+                stats.formats[paths[index]] = name
+                group.append((paths[index], following))
+            yield from _read_group(name, group, stats, strict)
+        else:
+            yield from _read_one(name, source, stats, strict, hash_block_size)
+        index += 1
+
+
+def _read_one(name: str, source: Source, stats: IngestStats, strict: bool, hash_block_size: int) -> Iterator[Request]:
+    sink = Sink(source.name, stats, strict)
+    yielded = 0
+    for request in READERS[name](source, sink, hash_block_size):
+        yielded += 1
+        stats.requests += 1
+        yield request
+    if yielded == 0:
+        raise _nothing(source.name, name, sink.bad_records)
+
+
+def _read_group(name: str, group: list[tuple[str, Source]], stats: IngestStats, strict: bool) -> Iterator[Request]:
+    """The files of one group: a file may yield nothing of its own (its requests finish in the next file)."""
+    sinks = [Sink(source.name, stats, strict) for _, source in group]
+    yielded = 0
+    for _, request in GROUP_READERS[name]([source for _, source in group], sinks):
+        yielded += 1
+        stats.requests += 1
+        yield request
+    if yielded == 0:
+        names = ", ".join(source.name for _, source in group)
+        raise _nothing(names, name, sum(sink.bad_records for sink in sinks))
+
+
+def _nothing(name: str, fmt: str, bad_records: int) -> InputError:
+    if bad_records:
+        return InputError(f"{name}: no usable request in the file ({bad_records} bad records, read as {fmt}); "
+                          f"see the skipped-record messages or try --format")
+    return InputError(f"{name}: no request in the file (read as {fmt}); the file is empty or holds no records "
+                      f"of that format")

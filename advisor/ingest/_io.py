@@ -39,6 +39,11 @@ class IngestStats:
     skipped_by_reason: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # first MAX_PROBLEMS "file:line: reason"
     formats: dict[str, str] = field(default_factory=dict)
+    conversations: int = 0  # chat formats: conversations read, and their turns (every message)
+    turns: int = 0
+    truncated: int = 0  # requests whose logged prompt or output was cut (vLLM --max-log-len)
+    unfinished: int = 0  # requests logged without any output (server logs, batch files)
+    notes: list[str] = field(default_factory=list)  # what the format could not record, and why
 
 
 class BadRecord(Exception):

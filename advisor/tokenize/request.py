@@ -15,6 +15,8 @@ What vLLM does (cited from its source):
 - completions: `encode(prompt, add_special_tokens=True)`, e.g. BOS for Llama (vllm/renderers/base.py
   `default_cmpl_tok_params`; completion/protocol.py `CompletionRequest.add_special_tokens` default True);
 - outputs: the generated text encoded without added special tokens, as `vllm bench serve` counts them.
+Token ids the server logged (`Request.prompt_token_ids` / `output_token_ids`, vLLM's request log) are its own
+tokenization: they pass through unchanged, checked against the vocabulary when a tokenizer is loaded anyway.
 """
 from __future__ import annotations
 
@@ -96,6 +98,15 @@ class _PieceCache:
         return len(self._entries)
 
 
+def _ids(ids: tuple[int, ...] | None) -> np.ndarray | None:
+    return None if ids is None else np.asarray(ids, dtype=np.int32)
+
+
+def logged_ids(request: Request) -> TokenizedRequest:
+    """The request with the token ids its log carries, for requests that need no tokenizer."""
+    return TokenizedRequest(request, _ids(request.prompt_token_ids), _ids(request.output_token_ids))
+
+
 class RequestTokenizer:
     """Turns Requests into token ids with the per-piece cache (one instance per run; not thread-safe)."""
 
@@ -112,7 +123,9 @@ class RequestTokenizer:
         plans: list[tuple[list | None, list | None]] = []
         for request in requests:
             try:
-                plans.append((self._prompt_plan(request), self._split(request.completion)))
+                output = ([self._logged(request.output_token_ids)] if request.output_token_ids is not None
+                          else self._split(request.completion))
+                plans.append((self._prompt_plan(request), output))
             except TokenizerError as exc:
                 raise TokenizerError(f"{request.source}: {exc}") from exc
         found = self._encode_misses(plans)
@@ -121,7 +134,21 @@ class RequestTokenizer:
             for request, (prompt, output) in zip(requests, plans)
         ]
 
+    def _logged(self, ids: tuple[int, ...]) -> np.ndarray:
+        """Logged ids as they are; an id outside the vocabulary means this is not the server's tokenizer."""
+        array = np.asarray(ids, dtype=np.int32)
+        vocab = self.tokenizer.info.vocab_size
+        if self.tokenizer.info.is_default or not array.size:
+            return array
+        worst = int(array.max()) if int(array.max()) >= vocab else int(array.min())
+        if worst >= vocab or worst < 0:
+            raise TokenizerError(f"the log holds token id {worst} but tokenizer {self.tokenizer.info.name} has "
+                                 f"{vocab} ids: it is not the served model's tokenizer")
+        return array
+
     def _prompt_plan(self, request: Request) -> list | None:
+        if request.prompt_token_ids is not None:
+            return [self._logged(request.prompt_token_ids)]
         if request.messages is not None:
             return self._split(self.tokenizer.render_chat(request.messages))
         if request.prompt is not None:
