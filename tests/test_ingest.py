@@ -31,7 +31,7 @@ def read(paths, **kwargs):
 
 def test_formats_are_the_documented_names():
     assert FORMATS == ("openai", "bench-custom", "sharegpt", "mooncake", "azure", "burstgpt", "swe-agent",
-                       "otel", "aider")
+                       "otel", "aider", "vllm-log", "openai-batch")
 
 
 @pytest.mark.parametrize("name, expected", [

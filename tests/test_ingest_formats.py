@@ -64,7 +64,7 @@ def test_openai_batch_body_and_json_text_body(tmp_path):
                  {"custom_id": "1", "method": "POST", "body": body},
                  {"request": {"body": orjson.dumps(body).decode()},
                   "response": {"status_code": 200, "body": {"choices": [{"message": {"content": "r"}}]}}})
-    first, second = read(path)[0]
+    first, second = read(path, "openai")[0]  # detected, a batch request line opens an openai-batch file
     assert first.messages == second.messages == (Message("user", "q"),)
     assert first.completion is None and second.completion == "r"
 
@@ -208,10 +208,13 @@ def test_sharegpt_turns_history_and_malformed_turns(tmp_path):
     assert second.messages[:2] == first.messages and second.messages[2:] == (
         Message("assistant", "r1"), Message("user", "q2"))
     assert second.messages[0] is first.messages[0]  # history is shared, not copied
-    assert third.messages == (Message("user", "q"), Message("assistant", ""), Message("user", "again"))
-    assert stats.skipped_by_reason == {"malformed turn": 2, "unknown role": 1, "wrong type": 1}
-    assert stats.problems[0] == f"{path}:2: malformed turn: conversations[0] is an assistant turn before any user turn"
+    # the leading greeting is history, not a problem; the empty answer is history but no request
+    assert third.messages == (Message("assistant", "hello"), Message("user", "q"), Message("assistant", ""),
+                              Message("user", "again"))
+    assert stats.skipped_by_reason == {"malformed turn": 1, "unknown role": 1, "wrong type": 1}
+    assert stats.problems[0] == f"{path}:2: malformed turn: conversations[2] is an empty assistant turn"
     assert stats.problems[-1] == f"{path}:3: wrong type: field 'conversations' must be a list, got str"
+    assert (stats.conversations, stats.turns, stats.requests) == (2, 11, 3)
 
 
 def test_sharegpt_jsonl(tmp_path):
@@ -404,14 +407,14 @@ def test_mooncake_fixture_shares_prefix_blocks():
     assert sum(r.block_hashes[:1] == (0,) for r in requests) > 30
 
 
-def test_aider_reply_without_input_is_skipped(tmp_path):
+def test_aider_reply_without_input_is_history_not_a_problem(tmp_path):
     path = tmp_path / "chat.md"
     path.write_text("# aider chat started at 2024-08-09 08:07:07\n\n\nOrphan reply.\n\n"
                     "#### hi  \n\nHello!\n")
     requests, stats = read(str(path))
     assert [r.completion for r in requests] == ["Hello!"]
     assert requests[0].messages == (Message("assistant", "Orphan reply."), Message("user", "hi"))
-    assert stats.problems == [f"{path}:4: malformed turn: a reply with no input before it in its session"]
+    assert stats.problems == [] and stats.skipped == 0
 
 
 def test_non_finite_numbers_are_wrong_types(tmp_path):

@@ -45,28 +45,63 @@ def test_azure_code_trace(real_file):
 
 
 def test_sharegpt_one_request_per_answerable_assistant_turn(real_file):
+    """Counted from the raw JSON: a request per assistant turn with a user turn anywhere before it; turns
+    before the first user turn (greetings, system prompts) are history of the later requests, not problems."""
     path = real_file("sharegpt_v3_subset.json")
     requests, stats = read(path)
     conversations = json.loads(path.read_text())
-    expected = leading = empty = 0
-    for conversation in conversations:
+    expected = leading = empty = turns = 0
+    with_leading_answer = []  # (conversation index, the leading assistant text)
+    for index, conversation in enumerate(conversations):
         seen_user = False
+        turns += len(conversation["conversations"])
         for turn in conversation["conversations"]:
             if turn["from"] in ("human", "user"):
                 seen_user = True
             elif turn["from"] in ("gpt", "bing", "chatgpt", "bard"):
                 if not seen_user:
                     leading += 1
+                    if not with_leading_answer or with_leading_answer[-1][0] != index:
+                        with_leading_answer.append((index, turn["value"]))
                 elif turn["value"].strip():
                     expected += 1
                 else:
                     empty += 1
-    assert len(requests) == expected == 10085
-    assert stats.skipped_by_reason == {"malformed turn": leading + empty} and stats.records_read == 3000
+    assert len(requests) == expected == 10085 and leading > 1000 and empty == 0
+    assert stats.skipped == 0 and stats.problems == [] and stats.records_read == 3000
+    assert (stats.conversations, stats.turns, stats.requests) == (3000, turns, expected)
     first = conversations[0]["conversations"]
     assert requests[0].messages[-1].content == first[0]["value"] and requests[0].completion == first[1]["value"]
     assert requests[1].conversation_id == requests[0].conversation_id
     assert requests[1].messages[:2] == requests[0].messages + (Message("assistant", requests[0].completion),)
+    by_conversation: dict[str, list] = {}
+    for request in requests:
+        by_conversation.setdefault(request.conversation_id, []).append(request)
+    checked = 0
+    for index, greeting in with_leading_answer:
+        later = by_conversation.get(str(conversations[index]["id"]), [])
+        for request in later:  # every later request's history opens with the leading assistant turn
+            assert request.messages[0] == Message("assistant", greeting)
+            checked += 1
+    assert checked > 1000
+
+
+def test_sharegpt_leading_assistant_turn_is_in_the_prompt_tokens(real_file):
+    """Through the whole pipeline: the greeting's tokens are in the rendered prompt ids of the next request."""
+    from advisor.tokenize import RequestTokenizer, load_tokenizer
+
+    path = real_file("sharegpt_v3_subset.json")
+    requests, _ = read(path)
+    leading = [r for r in requests if r.messages[0].role == "assistant" and r.turn == 0][:50]
+    tokenizer = load_tokenizer()
+    tokenized = RequestTokenizer(tokenizer).tokenize(leading)
+    for item in tokenized:
+        greeting = item.request.messages[0].content.strip()
+        greeting_ids = tokenizer.encode_texts([greeting], special=False)[0]
+        prompt = item.prompt_ids.tolist()
+        window = greeting_ids[1:-1] or greeting_ids  # inner tokens: the edges may merge with the template
+        assert any(prompt[i:i + len(window)] == window for i in range(len(prompt) - len(window) + 1))
+    assert len(tokenized) == 50
 
 
 def test_swe_agent_trajectory(real_file):
@@ -93,7 +128,8 @@ def test_aider_transcript(real_file):
     assert sessions == 1133
     assert len(requests) == 883 and stats.records_read == 884
     # one reply opens its session (two aider processes wrote the file at once): it has no prompt
-    assert stats.problems == [f"{path}:16226: malformed turn: a reply with no input before it in its session"]
+    # one reply opens its session (two aider processes wrote the file at once): history only, no request
+    assert stats.problems == []
     conversations = {r.conversation_id for r in requests}
     assert len(conversations) == 460 < sessions
     with_counts = [r for r in requests if r.completion_tokens is not None]

@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Sequence
 import orjson
 
 from advisor.errors import InputError
-from advisor.ingest import aider, bench_custom, csv_traces, mooncake, openai, otel, sharegpt, swe_agent, vllm_log
+from advisor.ingest import aider, bench_custom, csv_traces, mooncake, openai, openai_batch, otel, sharegpt, swe_agent, vllm_log
 from advisor.ingest._io import SNIFF_BYTES, UTF8_BOM, IngestStats, Sink, Source
 from advisor.record import Request
 
@@ -37,11 +37,13 @@ READERS: dict[str, Reader] = {
 GroupReader = Callable[[Sequence[Source], Sequence[Sink]], Iterator[tuple[int, Request]]]
 GROUP_READERS: dict[str, GroupReader] = {
     vllm_log.NAME: vllm_log.read_group,
+    openai_batch.NAME: openai_batch.read_group,
 }
 FORMATS: tuple[str, ...] = tuple(READERS) + tuple(GROUP_READERS)
 # Record sniffers for JSON inputs, most specific first: bench-custom records are also valid completions
-# requests, and ShareGPT, trace and span records must not be mistaken for OpenAI logs.
+# requests, and batch lines, ShareGPT, trace and span records must not be mistaken for OpenAI logs.
 SNIFFERS = (
+    (openai_batch.NAME, openai_batch.looks_like),
     (mooncake.NAME, mooncake.looks_like),
     (sharegpt.NAME, sharegpt.looks_like),
     (swe_agent.NAME, swe_agent.looks_like),

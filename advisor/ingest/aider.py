@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from advisor.ingest._io import BadRecord, Sink, Source, iter_lines, parse_iso
+from advisor.ingest._io import Sink, Source, iter_lines, parse_iso
 from advisor.record import Message, Request
 
 NAME = "aider"
@@ -70,12 +70,11 @@ class _Session:
         self.user_lines, self.tool_lines = [], []
         return _Reply(line=line, prompt=tuple(self.history))
 
-    def finish(self, reply: _Reply, source: str, sink: Sink) -> Iterator[Request]:
-        """The reply's request (none, counted as malformed, if nothing in its session precedes it)."""
+    def finish(self, reply: _Reply, source: str) -> Iterator[Request]:
+        """The reply's request; a reply that opens its session is history only (nothing asked for it)."""
         completion = "\n".join(reply.lines).strip("\n")
         self.history.append(Message("assistant", completion))
         if not reply.prompt:
-            sink.bad(reply.line, BadRecord("malformed turn", "a reply with no input before it in its session"))
             return
         self.turn += 1
         yield Request(
@@ -93,7 +92,7 @@ def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
         text = raw.rstrip("\r\n")
         if text.startswith(SESSION_HEADER):
             if reply is not None:
-                yield from session.finish(reply, source.name, sink)
+                yield from session.finish(reply, source.name)
                 reply = None
             session = _Session(f"{source.stem}:{number}", parse_iso(text[len(SESSION_HEADER):]))
             state = "header"
@@ -105,7 +104,7 @@ def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
             continue
         if is_user:
             if reply is not None:
-                yield from session.finish(reply, source.name, sink)
+                yield from session.finish(reply, source.name)
                 reply = None
             session.user_lines.append(text[5:].removesuffix(LINE_END))
             state = "user"
@@ -126,7 +125,7 @@ def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
             reply.lines.append(text)  # type: ignore[union-attr]
         elif state in ("user", "gap"):
             if reply is not None:
-                yield from session.finish(reply, source.name, sink)
+                yield from session.finish(reply, source.name)
             sink.stats.records_read += 1
             reply = session.start_reply(number)
             reply.lines.append(text)
@@ -134,4 +133,4 @@ def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
         else:
             state = "other"  # unprefixed text in a session's preamble: not a reply
     if reply is not None:
-        yield from session.finish(reply, source.name, sink)
+        yield from session.finish(reply, source.name)

@@ -3,9 +3,11 @@
 `role`/`content` keys and the speaker names human/user, gpt/chatgpt/bard/bing/assistant/model and system
 are accepted. Every assistant turn is one request whose messages are the whole history before it and whose
 completion is that turn; history `Message`s are shared between the turns of a conversation, not copied.
-Malformed turns are skipped and counted: an assistant turn before any user turn (common in ShareGPT, whose
-first human turn was often lost) is left out of the history too; an empty assistant turn stays in the
-history but is no request. ShareGPT has no timestamps.
+An assistant (or system) turn before any user turn (a chat UI's greeting; common in ShareGPT) is ordinary
+history: it is in the prompt of every later request, and is no request itself (nothing asked for it).
+Only broken turns are skipped and counted (unknown speaker, missing or non-text value); an empty assistant
+turn stays in the history but is no request (its text was lost). Conversations and turns are counted in
+the ingest stats. ShareGPT has no timestamps.
 In a JSON array the number after "file:" is the conversation's position in the array (1-based), since the
 document has no line structure; in JSONL it is the line.
 """
@@ -52,6 +54,8 @@ def conversation_requests(record: Any, line: int, source: str, sink: Sink) -> It
         raise BadRecord("wrong type", f"field 'conversations' must be a list, got {type_name(turns)}")
     conversation_id = record.get("id")
     conversation_id = str(conversation_id) if conversation_id is not None else f"{source}:{line}"
+    sink.stats.conversations += 1
+    sink.stats.turns += len(turns)
     history: list[Message] = []
     has_user = False
     answered = 0
@@ -59,12 +63,10 @@ def conversation_requests(record: Any, line: int, source: str, sink: Sink) -> It
         at = f"conversations[{index}]"
         try:
             message = _turn(item, at)
-            if message.role == "assistant" and not has_user:
-                raise BadRecord("malformed turn", f"{at} is an assistant turn before any user turn")
         except BadRecord as problem:
             sink.bad(line, problem)
             continue
-        if message.role == "assistant":
+        if message.role == "assistant" and has_user:
             if message.content.strip():
                 yield Request(source=f"{source}:{line}#{answered}", conversation_id=conversation_id,
                               turn=answered, messages=tuple(history), completion=message.content)
