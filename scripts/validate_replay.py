@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -137,9 +138,11 @@ def run_arm(name: str, config: dict, temperature: float, args: argparse.Namespac
     live = after - before
     block_size = live.block_size or before.block_size or after.block_size
 
-    # Text path, as `advise` reads a log: ingest, then the served model's tokenizer.
+    # Text path, as `advise` reads a log without token ids: ingest, then the served model's tokenizer (the
+    # returned ids, which `advise` would use as they are, are dropped to measure re-tokenization).
     tokenizer = load_tokenizer(str(args.model))
-    tokenized = RequestTokenizer(tokenizer).tokenize(list(read_requests([str(log_path)])))
+    text_only = [replace(r, prompt_token_ids=None, output_token_ids=None) for r in read_requests([str(log_path)])]
+    tokenized = RequestTokenizer(tokenizer).tokenize(text_only)
     text_pairs = [(t.prompt_ids, t.output_ids) for t in tokenized]
     # Token path: the ids the server returned. A random tiny model emits degenerate text ("4444...") that
     # byte-level BPE re-encodes into fewer tokens, so the exact comparison uses the server's ids.

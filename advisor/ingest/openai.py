@@ -9,7 +9,8 @@ Accepted shapes, all normalised to a (request, response) pair before reading fie
 Requests are chat (`messages`, or the Responses API's `input` + `instructions`) or completions (`prompt`).
 A completions `prompt` that is a list gives one request per element (source "file:line#i"): that is how
 the server runs it; with `n > 1` the first choice of each prompt is the completion, and the summed `usage`
-cannot be split so token counts are left empty. Token-id prompts give token-free requests.
+cannot be split so token counts are left empty. Token-id prompts give token-free requests. Token ids a
+vLLM server returned (`return_token_ids`: `prompt_token_ids`, `choices[i].token_ids`) are kept as they are.
 An assistant message at the end of `messages` is history, never the completion: only a logged response is.
 Timestamps (ISO text or epoch s/ms/us/ns), latencies, TTFT and conversation ids are looked up under the
 usual names in the record, then the request, then the response; `turn` is the logged one or the count of
@@ -290,6 +291,28 @@ def _usage(layers: list[dict[str, Any]]) -> tuple[int | None, int | None, int | 
     return None, None, None
 
 
+def _token_ids(value: Any, where: str) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(type(i) is int and i >= 0 for i in value):
+        raise BadRecord("wrong type", f"field '{where}' must be a list of non-negative integers")
+    return tuple(value)
+
+
+def _returned_ids(response: dict[str, Any], choice: int) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """(prompt, output) token ids a vLLM server returned with `return_token_ids` (choice `choice`).
+
+    Chat responses carry `prompt_token_ids` at the top, completions responses per choice; both carry
+    `choices[i].token_ids`. They are the server's own tokenization, used instead of re-tokenizing.
+    """
+    choices = response.get("choices")
+    picked = choices[choice] if isinstance(choices, list) and choice < len(choices) else None
+    picked = picked if isinstance(picked, dict) else {}
+    prompt = picked.get("prompt_token_ids", response.get("prompt_token_ids"))
+    return (_token_ids(prompt, "prompt_token_ids"),
+            _token_ids(picked.get("token_ids"), f"choices[{choice}].token_ids"))
+
+
 def convert(record: Any, source: str) -> list[Request]:
     """The requests of one log record (one, or one per element of a completions prompt list)."""
     record = expect_object(record, "the record")
@@ -319,17 +342,20 @@ def convert(record: Any, source: str) -> list[Request]:
         ttft_s=_seconds([record, response_layer], TTFT_S_KEYS, TTFT_MS_KEYS),
     )
     prompt_tokens, completion_tokens, cached_tokens = _usage([response_layer, record])
+    prompt_ids, output_ids = _returned_ids(response_layer, 0)
     if messages is not None:
         return [Request(source=source, messages=messages, completion=texts[0] if texts else None,
                         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                        cached_tokens=cached_tokens, **common)]
+                        cached_tokens=cached_tokens, prompt_token_ids=prompt_ids, output_token_ids=output_ids,
+                        **common)]
     prompts = _prompts(request)
     if len(prompts) == 1:
         prompt = prompts[0]
         text_prompt = prompt if isinstance(prompt, str) else None
         return [Request(source=source, prompt=text_prompt, completion=texts[0] if texts else None,
                         prompt_tokens=prompt_tokens if text_prompt is not None else len(prompt),
-                        completion_tokens=completion_tokens, cached_tokens=cached_tokens, **common)]
+                        completion_tokens=completion_tokens, cached_tokens=cached_tokens,
+                        prompt_token_ids=prompt_ids, output_token_ids=output_ids, **common)]
     per_prompt = get_int(request, "n") or 1
     requests = []
     for index, prompt in enumerate(prompts):

@@ -47,7 +47,7 @@ _DETAILS = re.compile(r"Request (\S+?) details: (?=prompt: )")
 _GENERATED = re.compile(r"Generated response (\S+?)( \(streaming (?:delta|complete)\))?( details)?: "
                         r"(?=output: |output_token_ids: )")
 _MAX_LOG_LEN = re.compile(r"max_log_len['\"]?(?::|=)\s*(\d+|None)")
-_KEYWORDS = ("Received request ", "Request ", "Generated response ", "max_log_len")
+_KEYWORDS = ("Received request ", "Request ", "Generated response ", "args: ")
 SNIFF_MARKERS = (re.compile(r"\] (?:Received request \S+: (?:prompt|params|sampling_params): |"
                             r"Request \S+ details: prompt: |Generated response \S+: output: |non-default args: )"),)
 
@@ -229,11 +229,10 @@ class _Reader:
             if prefix is None:
                 continue
             message = text[prefix.end():].rstrip("\r\n")
-            if not self.group.max_log_len_known and "max_log_len" in message:
+            if message.startswith(("non-default args: ", "args: ")):  # the startup line naming the flags
                 found = _MAX_LOG_LEN.search(message)
-                if found:
-                    self.group.max_log_len_known = True
-                    self.group.max_log_len = None if found.group(1) == "None" else int(found.group(1))
+                self.group.max_log_len_known = True
+                self.group.max_log_len = None if found is None or found.group(1) == "None" else int(found.group(1))
                 continue
             try:
                 request = self._message(number, message, prefix)

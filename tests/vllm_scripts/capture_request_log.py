@@ -4,7 +4,8 @@ Writes into OUT: `server.log` (vLLM's own log: `--enable-log-requests --enable-l
 level at which vLLM 0.32 logs prompts and token ids) and `openai.jsonl` (one {"timestamp", "request",
 "response"} record per request, the OpenAI-style log of the same traffic, with the token ids the server
 returned: `return_token_ids`). Streamed responses are stored as the assembled response object (text and
-token ids joined over the chunks), as a logging proxy would.
+token ids joined over the chunks), as a logging proxy would, plus `ids_of_chunks_with_text` (the ids of
+the chunks that carried text: the ones vLLM logs a delta for).
 
 Run with the advisor venv's python (it imports advisor.verify.server):
     capture_request_log.py VLLM_PYTHON MODEL_DIR OUT [--enforce-eager]
@@ -42,7 +43,7 @@ def _post(url: str, body: dict, stream: bool) -> dict:
         chunks = [json.loads(line[6:]) for line in answer.read().decode().splitlines()
                   if line.startswith("data: ") and line != "data: [DONE]"]
     chat = "chat" in url
-    text, token_ids, finish, prompt_ids = [], [], None, None
+    text, token_ids, with_text, finish, prompt_ids = [], [], [], None, None
     for chunk in chunks:
         prompt_ids = chunk.get("prompt_token_ids") or prompt_ids
         for choice in chunk.get("choices", []):
@@ -50,9 +51,11 @@ def _post(url: str, body: dict, stream: bool) -> dict:
             piece = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
             text.append(piece or "")
             token_ids.extend(choice.get("token_ids") or [])
+            if piece:  # vLLM logs a delta only for a chunk with text
+                with_text.extend(choice.get("token_ids") or [])
             finish = choice.get("finish_reason") or finish
     joined = "".join(text)
-    choice = {"index": 0, "finish_reason": finish, "token_ids": token_ids}
+    choice = {"index": 0, "finish_reason": finish, "token_ids": token_ids, "ids_of_chunks_with_text": with_text}
     choice.update({"message": {"role": "assistant", "content": joined}} if chat else {"text": joined})
     return {"id": chunks[0]["id"], "object": "assembled_stream", "prompt_token_ids": prompt_ids, "choices": [choice]}
 
@@ -79,6 +82,14 @@ def send_all(base: str) -> list[dict]:
     send("chat/completions", {"messages": [{"role": "system", "content": "Answer briefly."},
                                            {"role": "user", "content": "What is a prefix cache?"}],
                               "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "seed": 7})
+    for seed, topic in enumerate(("caching", "batching", "decoding")):
+        send("chat/completions", {"messages": [{"role": "user", "content": f"Explain {topic} twice, word for word."}],
+                                  "max_tokens": 32, "temperature": 0.3, "seed": 10 + seed})
+    send("chat/completions", {"messages": [{"role": "user", "content": "Two answers, please."}], "max_tokens": 8,
+                              "temperature": 1.0, "seed": 5, "n": 2})
+    # Greedy, the tiny model's first token has no text: vLLM logs no output line for an empty response.
+    send("chat/completions", {"messages": [{"role": "user", "content": "List three colors of the rainbow."}],
+                              "max_tokens": 4, "temperature": 0})
     send("completions", {"prompt": "The quick brown fox", "max_tokens": 20, "temperature": 0})
     send("completions", {"prompt": "def add(a, b):\n    return", "max_tokens": 12, "temperature": 0.5,
                          "seed": 3, "stream": True})
