@@ -15,7 +15,9 @@ import os
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from advisor.cli import cli
 from advisor.errors import BadRecordError
 from advisor.ingest import IngestStats, detect_format, read_requests
 
@@ -207,6 +209,45 @@ def test_real_server_log_fixture_yields_the_returned_token_ids():
     check_against_responses(requests, stats, records)
 
 
+def test_real_server_log_fixture_replays_like_the_openai_log_of_the_same_requests(tmp_path):
+    records = [json.loads(x) for x in open(FIXTURES / "vllm_server_openai.jsonl", encoding="utf-8")]
+    check_same_replays(FIXTURES / "vllm_server.log", records, tmp_path)
+
+
+def advise_json(path: Path) -> dict:
+    result = CliRunner().invoke(cli, [str(path), "--json", "--no-recommend"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def check_same_replays(log: Path, records: list[dict], tmp_path: Path) -> None:
+    """`advise` on the server log and on the OpenAI-style log (texts and returned ids, as a logging proxy
+    keeps them) of the requests whose full ids vLLM logs (chat, not streamed, with text): same lengths,
+    same ngram replay counters, same sweep."""
+    exact = [r for r in records if "messages" in r["request"] and not r["request"].get("stream")
+             and r["response"]["choices"][0]["message"]["content"]]
+    ids = {r["response"]["id"] for r in exact}
+    openai_log = tmp_path / "exact.jsonl"
+    openai_log.write_text("".join(json.dumps(r) + "\n" for r in exact), encoding="utf-8")
+    server_lines = [line for line in open(log, encoding="utf-8")
+                    if "non-default args" in line or any(f" {i}" in line for i in ids)]
+    server_log = tmp_path / "exact.log"
+    server_log.write_text("".join(server_lines), encoding="utf-8")
+    from_server, from_openai = advise_json(server_log), advise_json(openai_log)
+    assert from_server["inputs"][0]["format"] == "vllm-log" and from_openai["inputs"][0]["format"] == "openai"
+    assert from_server["ingest"]["requests"] == from_openai["ingest"]["requests"] == len(exact) >= 7
+    assert from_server["tokenizer"] is None  # the server's ids: no tokenizer was loaded
+    assert from_server["lengths"] == from_openai["lengths"]
+    [ngram_server] = [r for r in from_server["replay"] if r["method"] == "ngram"]
+    [ngram_openai] = [r for r in from_openai["replay"] if r["method"] == "ngram"]
+    counters = ("num_output_tokens", "decode_steps", "num_drafts", "num_draft_tokens", "num_accepted_tokens",
+                "num_accepted_tokens_per_pos")
+    print("ngram replay of the server log:", {k: ngram_server[k] for k in counters})
+    assert {k: ngram_server[k] for k in counters} == {k: ngram_openai[k] for k in counters}
+    assert ngram_server["num_accepted_tokens"] > 0  # the biased requests repeat themselves
+    assert from_server["replay_sweep"] == from_openai["replay_sweep"]
+
+
 def check_against_responses(requests, stats, records) -> None:
     """The reader's requests against what the server returned, request by request (shared with the vllm test)."""
     by_prompt = {}
@@ -219,7 +260,10 @@ def check_against_responses(requests, stats, records) -> None:
         prompt_ids = tuple(response.get("prompt_token_ids") or choice.get("prompt_token_ids"))
         matches = by_prompt.get(prompt_ids, [])
         if len(prompt_ids) >= 400:  # --max-log-len 400 of the capture: the logged ids are cut
-            assert not matches
+            assert not matches  # a completions request, so also unfinished
+            [cut] = [r for r in requests if r.prompt_token_ids is None and r.prompt is None]
+            assert cut.sampling.max_tokens == body["max_tokens"] and cut.timestamp is not None
+            unfinished += 1
             continue
         [request] = [m for m in matches if m.sampling.seed == body.get("seed")][:1] or matches[:1]
         params = request.sampling

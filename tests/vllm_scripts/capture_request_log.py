@@ -85,6 +85,11 @@ def send_all(base: str) -> list[dict]:
     for seed, topic in enumerate(("caching", "batching", "decoding")):
         send("chat/completions", {"messages": [{"role": "user", "content": f"Explain {topic} twice, word for word."}],
                                   "max_tokens": 32, "temperature": 0.3, "seed": 10 + seed})
+    # Three likely tokens with text: outputs repeat themselves, so the ngram proposer drafts and is accepted.
+    for seed in (20, 21):
+        send("chat/completions", {"messages": [{"role": "user", "content": "Count with me: 746 421 Decode 746 421"}],
+                                  "max_tokens": 40, "temperature": 1.0, "seed": seed,
+                                  "logit_bias": {"1170": 12, "1311": 12, "620": 12}})
     send("chat/completions", {"messages": [{"role": "user", "content": "Two answers, please."}], "max_tokens": 8,
                               "temperature": 1.0, "seed": 5, "n": 2})
     # Greedy, the tiny model's first token has no text: vLLM logs no output line for an empty response.
