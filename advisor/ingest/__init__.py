@@ -104,7 +104,7 @@ def _detect(source: Source) -> str:
         raise InputError(f"{source.name}: the file is empty")
     if suffix == ".md" or aider.looks_like(head):
         return aider.NAME
-    if vllm_log.looks_like(head):
+    if not head.lstrip().startswith((b"{", b"[")) and vllm_log.looks_like(head):
         return vllm_log.NAME
     if suffix == ".csv":
         header = head.split(b"\n", 1)[0].decode("utf-8", "replace")

@@ -109,29 +109,39 @@ def _string(value: str, key: str) -> str:
 def _ids(value: str, key: str) -> list[int] | None:
     if value == "None":
         return None
-    try:
-        ids = orjson.loads(value)
-    except orjson.JSONDecodeError:
-        raise BadRecord("malformed vLLM log line", f"'{key}' is not a list of token ids") from None
-    if not isinstance(ids, list) or not all(type(i) is int and i >= 0 for i in ids):
+    if not _ID_LIST.fullmatch(value):
         raise BadRecord("malformed vLLM log line", f"'{key}' must be a list of non-negative integers")
-    return ids
+    return orjson.loads(value)
+
+
+_QUOTED = {"'": re.compile(r"'[^'\\]*(?:\\.[^'\\]*)*'", re.S), '"': re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)}
+_ID_LIST = re.compile(r"\[(?:\d+(?:, \d+)*)?\]")
 
 
 def _value_end(text: str, start: int) -> int:
-    """End of the value at `start`: a quoted string, or text up to the next ", " outside brackets/quotes."""
+    """End of the value at `start`: text up to the next ", " outside brackets and quoted strings.
+
+    Strings and flat lists (token ids, the bulk of a line) are skipped by C-level scans, not per character.
+    """
     depth = 0
     i = start
     n = len(text)
     while i < n:
         c = text[i]
-        if c in "'\"":
-            i += 1
-            while i < n and text[i] != c:
-                i += 2 if text[i] == "\\" else 1
-            if i >= n:
+        if c in _QUOTED:
+            quoted = _QUOTED[c].match(text, i)
+            if quoted is None:
                 raise BadRecord("malformed vLLM log line", "unterminated string")
-        elif c in "([{":
+            i = quoted.end()
+            continue
+        if c == "[":
+            close = text.find("]", i)
+            inner = text[i + 1:close] if close > 0 else ""
+            if close > 0 and not any(mark in inner for mark in "[('\""):
+                i = close + 1
+                continue
+            depth += 1
+        elif c in "({":
             depth += 1
         elif c in ")]}":
             depth -= 1
