@@ -63,7 +63,7 @@ def test_requests_and_outputs_joined_by_custom_id(tmp_path):
     assert d.completion is None and stats.unfinished == 1
     assert all(r.timestamp is None for r in requests)  # offline traffic: `created` is no arrival time
     assert stats.skipped_by_reason == {"batch error": 1}
-    assert stats.problems == [f"{outputs_file}:4: batch error: request 'x' failed (status 400)"]
+    assert stats.problems == [f"{outputs_file}:4: batch error: the request failed (status 400)"]
     assert stats.requests == 4 and any("offline traffic" in note for note in stats.notes)
 
 

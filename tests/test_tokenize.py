@@ -452,3 +452,23 @@ def test_non_json_file_is_refused(tmp_path):
     bpe.write_text("IQ== 0\n")
     with pytest.raises(TokenizerError, match="tiktoken:<encoding>="):
         load_tokenizer(str(bpe))
+
+
+def test_logged_token_ids_pass_through_and_are_checked_against_a_named_tokenizer(tiny_dir, default_tok):
+    from advisor.tokenize import logged_ids
+
+    logged = Request(source="x:1", prompt="ignored text", prompt_token_ids=(5, 6, 7), output_token_ids=(8,),
+                     completion="also ignored")
+    assert not logged.needs_tokenizer
+    [through_default] = RequestTokenizer(default_tok).tokenize([logged])
+    [without] = [logged_ids(logged)]
+    for item in (through_default, without):
+        assert item.prompt_ids.tolist() == [5, 6, 7] and item.output_ids.tolist() == [8]
+    tok = load_tokenizer(str(tiny_dir))
+    [checked] = RequestTokenizer(tok).tokenize([logged])
+    assert checked.prompt_ids.tolist() == [5, 6, 7]
+    too_big = Request(source="x:2", prompt_token_ids=(tok.info.vocab_size,))
+    with pytest.raises(TokenizerError, match=r"x:2: the log holds token id \d+ .* not the served model's tokenizer"):
+        RequestTokenizer(tok).tokenize([too_big])
+    half = Request(source="x:3", prompt_token_ids=(1, 2), completion="text without ids")
+    assert half.needs_tokenizer  # the output still has to be encoded

@@ -114,7 +114,7 @@ def read_group(sources: Sequence[Source], sinks: Sequence[Sink]) -> Iterator[tup
                 custom_id, body, error = _output(record)
                 if error is not None:
                     pending.pop(custom_id, None)
-                    raise BadRecord("batch error", f"request '{custom_id}' failed ({error})")
+                    raise BadRecord("batch error", f"the request failed ({error})")
                 requests = _join(pending.pop(custom_id, None), body, f"{source.name}:{line}")
             except BadRecord as problem:
                 sink.bad(line, problem)

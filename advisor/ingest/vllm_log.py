@@ -282,6 +282,7 @@ class _Reader:
         fields = _fields(_strip_period(rest))
         entry = self._entry(match.group(1), number)
         self._set_prompt(entry, fields)
+        entry.has_input = True
         entry.timestamp = self.clock.seconds(prefix)
         return None
 
