@@ -110,6 +110,7 @@ def test_swe_agent_trajectory(real_file):
     history = json.loads(path.read_text())["history"]
     assistant = [i for i, m in enumerate(history) if m["role"] == "assistant"]
     assert len(history) == 28 and len(requests) == len(assistant) == 13 and stats.skipped == 0
+    assert (stats.conversations, stats.turns) == (1, 28)
     for index, request in zip(assistant, requests):
         assert len(request.messages) == index and request.source.endswith(f":{index + 1}")
         assert request.completion.startswith(history[index]["content"])

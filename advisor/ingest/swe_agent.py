@@ -47,6 +47,8 @@ def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
         found = type_name(history) if isinstance(document, dict) else type_name(document)
         raise InputError(f"{source.name}: expected a SWE-agent trajectory with a 'history' list, got {found}")
     conversation_id = source.stem
+    sink.stats.conversations += 1
+    sink.stats.turns += len(history)
     messages: list[Message] = []
     answered = 0
     for position, item in enumerate(history, 1):

@@ -48,14 +48,14 @@ _GENERATED = re.compile(r"Generated response (\S+?)( \(streaming (?:delta|comple
                         r"(?=output: |output_token_ids: )")
 _MAX_LOG_LEN = re.compile(r"max_log_len['\"]?(?::|=)\s*(\d+|None)")
 _KEYWORDS = ("Received request ", "Request ", "Generated response ", "args: ")
-SNIFF_MARKERS = (re.compile(r"\] (?:Received request \S+: (?:prompt|params|sampling_params): |"
-                            r"Request \S+ details: prompt: |Generated response \S+: output: |non-default args: )"),)
+_SNIFF = re.compile(r"\] (?:Received request \S+: (?:prompt|params|sampling_params): |Request \S+ details: prompt: |"
+                    r"Generated response \S+: output: |non-default args: )")
 
 
 def looks_like(head: bytes) -> bool:
     """Whether sniffed bytes hold vLLM logger lines (any vLLM log: request lines may come much later)."""
     text = _ANSI.sub("", head.decode("utf-8", "replace"))
-    return bool(_PREFIX.search(text)) and ("vllm" in text.lower() or any(m.search(text) for m in SNIFF_MARKERS))
+    return bool(_PREFIX.search(text)) and ("vllm" in text.lower() or bool(_SNIFF.search(text)))
 
 
 @dataclass(slots=True)
@@ -70,9 +70,7 @@ class _Pending:
     sampling: SamplingParams | None = None
     has_input: bool = False
     output_ids: list[int] | None = None  # ids of the DEBUG line waiting for its INFO line (0.32)
-    delta_text: list[str] = field(default_factory=list)
-    delta_ids: list[int] | None = None
-    deltas: int = 0
+    delta_ids: list[int] | None = None  # a stream's ids so far
     finish_reason: str | None = None
     output_cut: bool = False
 
@@ -327,38 +325,34 @@ class _Reader:
         reason = fields.get("finish_reason")
         reason = None if reason in (None, "None") else reason
         if stream == " (streaming delta)":
-            entry.deltas += 1
-            entry.delta_text.append(text)
             if ids is not None:
-                entry.delta_ids = (entry.delta_ids or []) + ids
-            entry.output_cut = entry.output_cut or self._cut(text) or self._cut(ids)
+                entry.delta_ids = entry.delta_ids if entry.delta_ids is not None else []
+                entry.delta_ids.extend(ids)
+            entry.output_cut = entry.output_cut or self._cut(ids if ids is not None else text)
             entry.finish_reason = reason or entry.finish_reason
             return None
+        sampling = entry.sampling
         if stream:  # streaming complete: the text of all deltas; ids only through the deltas
             group.streams += 1
             output_ids = entry.delta_ids
-            entry.output_cut = entry.output_cut or self._cut(text)
-            if entry.deltas and entry.delta_ids is None:
-                output_ids = None
-            if output_ids is not None and not entry.deltas:
-                output_ids = None
-            sampling = entry.sampling
-            if (output_ids is not None and entry.finish_reason == "length" and sampling is not None
-                    and sampling.max_tokens is not None and len(output_ids) < sampling.max_tokens):
-                group.short_streams += 1
+            if output_ids is None:
+                entry.output_cut = self._cut(text)
             if sampling is not None and (sampling.n or 1) > 1:  # choices' deltas interleave: not separable
                 text, output_ids = None, None
+            elif (output_ids is not None and entry.finish_reason == "length" and sampling is not None
+                  and sampling.max_tokens is not None and len(output_ids) < sampling.max_tokens):
+                group.short_streams += 1
         else:
             output_ids = ids
-            entry.output_cut = self._cut(text) or self._cut(ids)
+            entry.output_cut = self._cut(ids if ids is not None else text)
             entry.finish_reason = reason
         group.outputs += 1
         del group.pending[request_id]
         if not entry.has_input:
             group.outputs_without_input += 1
             entry.source = f"{self.source.name}:{number}"
-        if entry.sampling is not None and (entry.sampling.n or 1) > 1 and not stream:
-            group.extra_choices[request_id] = entry.sampling.n - 1
+        if sampling is not None and (sampling.n or 1) > 1 and not stream:
+            group.extra_choices[request_id] = sampling.n - 1
         finished = self.clock.seconds(prefix)
         latency = finished - entry.timestamp if finished is not None and entry.timestamp is not None else None
         return _request(entry, text, output_ids, self.sink, latency)
