@@ -94,3 +94,34 @@ def test_output_file_alone_gives_completions(tmp_path):
 def test_a_record_with_its_response_stays_an_openai_log(tmp_path):
     path = jsonl(tmp_path / "log.jsonl", {**chat_input("a", "q"), "response": {"body": chat_body("r", 1, 1)}})
     assert detect_format(str(path)) == "openai"
+
+
+# --- a real `vllm run-batch` output ------------------------------------------------------------------------
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def check_run_batch(requests_file: Path, outputs_file: Path) -> None:
+    """The reader against the raw files: every successful line joined, ids and usage as vLLM wrote them."""
+    requests, stats = read(requests_file, outputs_file)
+    inputs = {r["custom_id"]: r["body"] for r in map(orjson.loads, requests_file.read_bytes().splitlines())}
+    outputs = [orjson.loads(x) for x in outputs_file.read_bytes().splitlines()]
+    answered = [o for o in outputs if o["error"] is None]
+    assert len(requests) == len(answered) == 3 and stats.unfinished == 0
+    for request, line in zip(requests, answered):
+        body, response = inputs[line["custom_id"]], line["response"]["body"]
+        choice = response["choices"][0]
+        assert request.completion == choice["message"]["content"]
+        assert request.output_token_ids == tuple(choice["token_ids"])
+        assert request.prompt_token_ids == tuple(response["prompt_token_ids"])
+        assert len(request.prompt_token_ids) == request.prompt_tokens == response["usage"]["prompt_tokens"]
+        assert (request.sampling.temperature, request.sampling.seed, request.sampling.max_tokens,
+                request.sampling.n) == (body["temperature"], body["seed"], body["max_tokens"], body.get("n"))
+        assert request.messages[0].role == body["messages"][0]["role"] and request.timestamp is None
+    assert stats.problems == [f"{outputs_file}:{len(outputs)}: batch error: the request failed (status 400)"]
+    [streamed] = [o for o in outputs if o["error"] is not None]
+    assert streamed["error"] == "Request must not be sent in stream mode"  # vLLM's run-batch refuses streams
+
+
+def test_real_vllm_run_batch_files():
+    check_run_batch(FIXTURES / "vllm_batch_requests.jsonl", FIXTURES / "vllm_batch_outputs.jsonl")

@@ -267,6 +267,7 @@ def _sampling(request: dict[str, Any]) -> SamplingParams:
         top_k=get_int(request, "top_k"),
         max_tokens=max_tokens,
         seed=get_int(request, "seed"),
+        n=get_int(request, "n"),
     )
 
 
