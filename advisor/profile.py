@@ -160,8 +160,8 @@ def _has_ids(request: Request) -> bool:
 def _process_batch(
     batch: list[Request], options: ProfileOptions, out: _Collected, tokenizer_state: dict[str, Any], rng: np.random.Generator
 ) -> None:
-    # Logged token ids need no tokenizer; one named by the user checks them against its vocabulary.
-    named = options.tokenizer is not None or options.model is not None
+    # Logged token ids need no tokenizer; one named with --tokenizer checks them against its vocabulary.
+    named = options.tokenizer is not None
     text = [r for r in batch if r.needs_tokenizer or (named and _has_ids(r))]
     tokenized = {}
     if text:

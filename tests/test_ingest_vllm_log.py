@@ -283,3 +283,16 @@ def check_against_responses(requests, stats, records) -> None:
             chat_exact += 1
     assert chat_exact >= 5 and stream_checked == 1 and unfinished >= 3
     assert stats.unfinished == unfinished and stats.truncated == 1 and stats.skipped == 0
+
+
+def test_report_on_the_real_log_needs_no_tokenizer_and_shows_no_text():
+    report = advise_json(FIXTURES / "vllm_server.log")
+    ingest = report["ingest"]
+    assert report["tokenizer"] is None and report["inputs"][0]["format"] == "vllm-log"
+    assert (ingest["requests"], ingest["unfinished"], ingest["truncated"], ingest["skipped"]) == (13, 4, 1, 0)
+    assert any("whole seconds" in note for note in ingest["notes"])
+    result = CliRunner().invoke(cli, [str(FIXTURES / "vllm_server.log"), "--no-recommend", "--no-replay"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0 and "4 unfinished" in result.stdout
+    for text in ("List three colors", "prefix cache", "quick brown fox", "Count with me"):
+        assert text not in result.stdout
