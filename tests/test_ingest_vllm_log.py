@@ -164,9 +164,10 @@ def test_rotated_gzip_files_are_joined(tmp_path):
         handle.write(STARTUP + new_input("chatcmpl-r", 1, [1, 2]))
     newer = write(tmp_path / "server.log", line("INFO", 9, "Avg prompt throughput: 1.0 tokens/s")
                   + new_output("chatcmpl-r", 9, [3], "x"))
-    [request], stats = read(older, newer)
-    assert request.prompt_token_ids == (1, 2) and request.output_token_ids == (3,) and request.latency_s == 8.0
-    assert stats.formats == {str(older): "vllm-log", str(newer): "vllm-log"}
+    for given in ((older, newer), (newer, older)):  # read oldest first in either order
+        [request], stats = read(*given)
+        assert request.prompt_token_ids == (1, 2) and request.output_token_ids == (3,) and request.latency_s == 8.0
+        assert stats.formats == {str(older): "vllm-log", str(newer): "vllm-log"} and stats.unfinished == 0
 
 
 def test_year_comes_from_the_file_time(tmp_path):

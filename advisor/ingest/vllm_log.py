@@ -9,7 +9,7 @@ vllm/entrypoints/logger.py) behind the logger prefix `[(<process> pid=N) ]LEVEL 
 - 0.11.0 and earlier ("one line"): INFO `Received request <id>: prompt: <repr>, params: SamplingParams(..),
   prompt_token_ids: [..][, prompt_embeds shape: ..], lora_request: ..` and INFO `Generated response <id>[ ..]:
   output: <repr>, output_token_ids: [..], finish_reason: <reason>` (`sampling_params:` in the oldest).
-Inputs and outputs are joined by request id across all files given together (rotated logs: oldest first);
+Inputs and outputs are joined by request id across all files given together (read oldest first);
 streamed deltas are joined in log order. A request is yielded when its last output line is read; inputs left
 without output are unfinished: yielded with no completion (not a zero-length one) and counted. vLLM logs no
 output line for a response whose text is empty, none for /v1/completions in 0.32, and no delta for a
@@ -387,11 +387,23 @@ def _request(entry: _Pending, completion: str | None, output_ids: list[int] | No
     )
 
 
+def _first_time(source: Source) -> float:
+    """Time of the file's first logger line (files without one sort last)."""
+    match = _PREFIX.search(_ANSI.sub("", source.head().decode("utf-8", "replace")))
+    seconds = _Clock(source.path).seconds(match) if match else None
+    return seconds if seconds is not None else float("inf")
+
+
 def read_group(sources: Sequence[Source], sinks: Sequence[Sink]) -> Iterator[tuple[int, Request]]:
-    """(file index, request) of the files of one deployment, joined by request id; oldest file first."""
+    """(file index, request) of the files of one deployment, joined by request id.
+
+    Files are read oldest first, by their first line's time, whatever order they were given in
+    (`server.log server.log.1` from a shell glob is newest first).
+    """
     group = _Group()
-    for index, (source, sink) in enumerate(zip(sources, sinks)):
-        for request in _Reader(group, source, sink).lines():
+    order = sorted(range(len(sources)), key=lambda i: (_first_time(sources[i]), i))
+    for index in order:
+        for request in _Reader(group, sources[index], sinks[index]).lines():
             yield index, request
     sink = sinks[-1]
     for request_id, entry in list(group.pending.items()):
