@@ -15,7 +15,8 @@ from typing import Callable, Iterator, Sequence
 import orjson
 
 from advisor.errors import InputError
-from advisor.ingest import aider, bench_custom, csv_traces, mooncake, openai, openai_batch, otel, sharegpt, swe_agent, vllm_log
+from advisor.ingest import (aider, bench_custom, csv_traces, mooncake, openai, openai_batch, otel, sharegpt, swe_agent,
+                            vllm_log)
 from advisor.ingest._io import SNIFF_BYTES, UTF8_BOM, IngestStats, Sink, Source
 from advisor.record import Request
 

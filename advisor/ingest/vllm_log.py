@@ -2,10 +2,11 @@
 
 Line shapes, from vLLM's `RequestLogger` (vllm/entrypoints/serve/utils/request_logger.py in 0.32; earlier
 vllm/entrypoints/logger.py) behind the logger prefix `[(<process> pid=N) ]LEVEL MM-DD HH:MM:SS [file:line] `:
-- vLLM 0.11.2 on, 0.32 included ("split", vLLM PR #26713): DEBUG `Request <id> details: prompt: <repr>, prompt_token_ids: [..], prompt_embeds shape:
-  ..`, INFO `Received request <id>: params: SamplingParams(..), lora_request: ..`, DEBUG `Generated response
-  <id>[ (streaming delta|complete)] details: output_token_ids: [..]` before each INFO `Generated response
-  <id>[ ..]: output: <repr>, finish_reason: <reason>`. At INFO level only params and output text are logged.
+- vLLM 0.11.2 on, 0.32 included ("split", vLLM PR #26713): DEBUG `Request <id> details: prompt: <repr>,
+  prompt_token_ids: [..], prompt_embeds shape: ..`, INFO `Received request <id>: params: SamplingParams(..),
+  lora_request: ..`, DEBUG `Generated response <id>[ (streaming delta|complete)] details: output_token_ids:
+  [..]` before each INFO `Generated response <id>[ ..]: output: <repr>, finish_reason: <reason>`. At INFO
+  level only params and output text are logged.
 - 0.11.0 and earlier ("one line"): INFO `Received request <id>: prompt: <repr>, params: SamplingParams(..),
   prompt_token_ids: [..][, prompt_embeds shape: ..], lora_request: ..` and INFO `Generated response <id>[ ..]:
   output: <repr>, output_token_ids: [..], finish_reason: <reason>` (`sampling_params:` in the oldest).
