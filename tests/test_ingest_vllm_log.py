@@ -34,7 +34,7 @@ def line(level: str, second: int, message: str) -> str:
     return P.format(level=level, second=second) + message + "\n"
 
 
-def new_input(rid: str, second: int, ids: list[int], prompt: str = "p", t: float = 0.7, seed: object = 1,
+def new_input(rid: str, second: int, ids: list[int], prompt: str | None = "p", t: float = 0.7, seed: object = 1,
               max_tokens: int = 8, n: int = 1) -> str:
     return (line("DEBUG", second, f"Request {rid} details: prompt: {prompt!r}, prompt_token_ids: {ids}, "
                                   f"prompt_embeds shape: None.")
@@ -297,3 +297,11 @@ def test_report_on_the_real_log_needs_no_tokenizer_and_shows_no_text():
     assert result.exit_code == 0 and "4 unfinished" in result.stdout
     for text in ("List three colors", "prefix cache", "quick brown fox", "Count with me"):
         assert text not in result.stdout
+
+
+def test_token_in_request_logs_no_prompt_text(tmp_path):
+    log = write(tmp_path / "server.log", STARTUP + new_input("cmpl-t-0", 1, [3, 1, 4], prompt=None)
+                + new_output("cmpl-t-0", 2, [1, 5], "x"))
+    [request], stats = read(log)
+    assert (request.prompt, request.prompt_token_ids, request.output_token_ids) == (None, (3, 1, 4), (1, 5))
+    assert stats.skipped == 0
