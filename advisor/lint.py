@@ -34,6 +34,12 @@ from advisor.vllm_vocab import (
     SPECULATIVE_KEYS,
     SPECULATIVE_METHODS,
 )
+# Lint input limits (docs/input.md): deploy scripts and --config files are kilobytes; these bound the work
+# on hostile input (a 20 MB command line, JSON or YAML nested thousands deep, a billion-laughs YAML).
+MAX_LINT_BYTES = 1 << 20
+MAX_JSON_CHARS = 1 << 16
+MAX_YAML_DEPTH = 64
+MAX_YAML_NODES = 100_000
 
 # rule id -> (severity, what it checks)
 RULES: dict[str, tuple[str, str]] = {
@@ -120,7 +126,11 @@ def check_speculative_config(config: dict, line: int, target: str | None = None,
             findings.append(_finding("unknown-key", line, f"unknown speculative key {key!r} (vLLM rejects unknown "
                                      f"keys): {hint}", file))
     method = normalized.get("method")
-    if method is None:
+    if method is not None and not isinstance(method, str):
+        findings.append(_finding("unknown-method", line, f"\"method\" must be a string naming the method, got a "
+                                 f"{type(method).__name__}: one of {', '.join(sorted(SPECULATIVE_METHODS))}", file))
+        method = None
+    elif method is None:
         findings.append(_finding("missing-method", line, "no \"method\": vLLM guesses it from `model` (anything not "
                                  "named eagle/dflash becomes draft_model); write the method explicitly", file))
     elif method in REMOVED_METHODS:
@@ -133,6 +143,11 @@ def check_speculative_config(config: dict, line: int, target: str | None = None,
         close = difflib.get_close_matches(str(method), sorted(SPECULATIVE_METHODS), n=1, cutoff=0.5)
         hint = f"did you mean {close[0]!r}?" if close else f"one of {', '.join(sorted(SPECULATIVE_METHODS))}"
         findings.append(_finding("unknown-method", line, f"unknown method {method!r}: {hint}", file))
+    model = normalized.get("model")
+    if model is not None and not isinstance(model, str):
+        findings.append(_finding("missing-model", line, f"\"model\" must be a string (a model id or path), got a "
+                                 f"{type(model).__name__}; fix it", file))
+        normalized = {key: value for key, value in normalized.items() if key != "model"}
     if method in METHODS_NEEDING_MODEL and not normalized.get("model"):
         findings.append(_finding("missing-model", line, f"method {method!r} needs \"model\" (the draft or head to "
                                  "load); add it", file))
@@ -263,8 +278,14 @@ def _is_number(token: str) -> bool:
 def _load_json_config(value: str | None, line: int, file: str) -> tuple[dict | None, list[Finding]]:
     if value is None:
         return None, [_finding("invalid-json", line, "--speculative-config without a value: pass one JSON object", file)]
+    if len(value) > MAX_JSON_CHARS:
+        return None, [_finding("invalid-json", line, f"--speculative-config is {len(value):,} characters, over the "
+                               f"lint limit of {MAX_JSON_CHARS:,}: a speculative config is a few keys", file)]
     try:
         config = json.loads(value)
+    except RecursionError:
+        return None, [_finding("invalid-json", line, "--speculative-config nests too deep to be a speculative config",
+                               file)]
     except json.JSONDecodeError as error:
         return None, [_finding("invalid-json", line, f"--speculative-config is not valid JSON ({error.msg} at column "
                                f"{error.colno}): quote keys and strings with double quotes, wrap the whole JSON in "
@@ -412,13 +433,64 @@ def _yaml_line(text: str, key: str) -> int:
     return text.count("\n", 0, match.start()) + 1 if match else 1
 
 
+class _TooComplex(yaml.YAMLError):
+    """A YAML text beyond the lint limits (nesting, aliases, size): no deploy config looks like that."""
+
+
+def _safe_yaml(text: str) -> object:
+    """`yaml.safe_load` after a linear pass over the parse events that enforces the lint limits.
+
+    safe_load builds aliases as shared references, but everything that walks the result (str(), the
+    checks) expands them: nine levels of nine aliases (billion laughs) are 9^9 nodes from 81 aliases. The
+    pass counts the nodes as if every alias were expanded and stops past MAX_YAML_NODES, past
+    MAX_YAML_DEPTH levels of nesting, or past MAX_LINT_BYTES of text.
+    """
+    if len(text) > MAX_LINT_BYTES:
+        raise _TooComplex(f"{len(text):,} characters, over the lint limit of {MAX_LINT_BYTES:,}")
+    anchors: dict[str, int] = {}  # anchor -> expanded node count
+    open_nodes: list[tuple[str | None, int]] = [(None, 0)]  # (anchor, nodes so far) per open collection
+    total = 0
+
+    def add(nodes: int) -> None:
+        nonlocal total
+        total += nodes
+        if total > MAX_YAML_NODES:
+            raise _TooComplex(f"more than {MAX_YAML_NODES:,} nodes once its aliases are expanded "
+                              f"(alias expansion limit)")
+        anchor, count = open_nodes[-1]
+        open_nodes[-1] = (anchor, count + nodes)
+
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            if len(open_nodes) > MAX_YAML_DEPTH:
+                raise _TooComplex(f"nested deeper than {MAX_YAML_DEPTH} levels")
+            open_nodes.append((event.anchor, 1))
+            total += 1
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            anchor, count = open_nodes.pop()
+            if anchor is not None:
+                anchors[anchor] = count
+            total -= count  # re-added to the parent as one block below
+            add(count)
+        elif isinstance(event, yaml.ScalarEvent):
+            if event.anchor is not None:
+                anchors[event.anchor] = 1
+            add(1)
+        elif isinstance(event, yaml.AliasEvent):
+            add(anchors.get(event.anchor, 1))
+    return yaml.safe_load(text)
+
+
 def lint_yaml(text: str, file: str = "", target: str | None = None) -> tuple[dict, list[Finding], dict | None]:
     """Checks a `vllm serve --config` YAML; returns its settings (dashed keys), findings, speculative config."""
     try:
-        data = yaml.safe_load(text)
+        data = _safe_yaml(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = mark.line + 1 if mark else 1
+        if isinstance(error, _TooComplex):
+            return {}, [_finding("invalid-yaml", 1, f"beyond the lint limits ({error}): a --config file is a flat "
+                                 "mapping of flags", file)], None
         return {}, [_finding("invalid-yaml", line, f"not valid YAML ({error}): fix the syntax", file)], None
     if data is None:
         data = {}
@@ -468,7 +540,15 @@ def _lint_yaml_reference(name: str | None, base_dir: Path, target: str | None, f
         return {}, [_finding("config-missing", line, f"--config {name} is not on this machine (relative to "
                              f"{base_dir}): its settings are not checked; vLLM stops if it is missing where it "
                              "serves", file)], None
-    return lint_yaml(path.read_text(), str(path), target)
+    try:
+        if path.stat().st_size > 4 * MAX_LINT_BYTES:
+            return {}, [_finding("invalid-yaml", line, f"--config {name} is {path.stat().st_size:,} bytes, over the "
+                                 f"lint limit of {MAX_LINT_BYTES:,} characters", file)], None
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        return {}, [_finding("config-missing", line, f"--config {name} cannot be read ({error}): vLLM would stop",
+                             file)], None
+    return lint_yaml(text, str(path), target)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -480,7 +560,9 @@ def _looks_like_yaml_config(text: str) -> bool:
     if re.search(r"(^|\s)vllm\s+(serve|bench)\b", text):
         return False
     try:
-        return isinstance(yaml.safe_load(text), dict)
+        return isinstance(_safe_yaml(text), dict)
+    except _TooComplex:
+        return True  # lint_yaml reports it
     except yaml.YAMLError:
         return False
 
@@ -489,6 +571,9 @@ def lint_text(text: str, file: str = "<stdin>", base_dir: Path | None = None,
               observed_p999: float | None = None) -> list[Finding]:
     """All findings for a shell/Markdown text holding vllm commands, or for a --config YAML."""
     base_dir = base_dir or Path.cwd()
+    if len(text) > MAX_LINT_BYTES:
+        raise InputError(f"{file}: {len(text):,} characters, over the lint limit of {MAX_LINT_BYTES:,}: a deploy "
+                         f"script or --config file is far smaller; lint the part that holds the vllm commands")
     if _looks_like_yaml_config(text):
         return lint_yaml(text, file)[1]
     commands, findings = split_commands(text, file)
@@ -503,9 +588,14 @@ def lint_text(text: str, file: str = "<stdin>", base_dir: Path | None = None,
 def lint_file(path: Path, observed_p999: float | None = None) -> list[Finding]:
     """Lints a file; InputError when it cannot be read."""
     try:
+        if path.stat().st_size > 4 * MAX_LINT_BYTES:
+            raise InputError(f"{path}: {path.stat().st_size:,} bytes, over the lint limit of {MAX_LINT_BYTES:,} "
+                             f"characters")
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"{path}: cannot read ({error})") from error
+    if len(text) > MAX_LINT_BYTES:
+        raise InputError(f"{path}: {len(text):,} characters, over the lint limit of {MAX_LINT_BYTES:,}")
     if path.suffix in (".yaml", ".yml"):
         return lint_yaml(text, str(path))[1]
     return lint_text(text, str(path), path.parent, observed_p999)

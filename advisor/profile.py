@@ -279,6 +279,8 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: _Collected,
         tokenizer=_tokenizer_entry(tokenizer_state, input_lens, np.array(c.logged_prompt_tokens)),
         ingest=Ingest(
             records_read=ingest_stats.records_read,
+            records_used=ingest_stats.records_used,
+            records_skipped=ingest_stats.records_skipped,
             requests=ingest_stats.requests,
             skipped=ingest_stats.skipped,
             skipped_by_reason=dict(ingest_stats.skipped_by_reason),

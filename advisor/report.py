@@ -99,6 +99,8 @@ class Ingest:
     skipped: int
     skipped_by_reason: dict[str, int]
     problems: tuple[str, ...]
+    records_used: int = 0  # records that gave a request; records_read = records_used + records_skipped
+    records_skipped: int = 0  # records that gave none, each reported in problems with its file:line
     conversations: int = 0  # chat formats: conversations read and their turns (every message)
     turns: int = 0
     truncated: int = 0  # requests whose logged prompt or output was cut (vLLM --max-log-len)
@@ -545,8 +547,28 @@ class Report:
 
 
 def dumps(report: Report) -> bytes:
-    """The report as indented JSON bytes (what `--json` prints and `-o` writes)."""
-    return orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+    """The report as indented JSON bytes (what `--json` prints and `-o` writes).
+
+    An integer orjson cannot write (beyond 64 bits, echoed from an option) is written as a JSON float by
+    `_plain` instead of failing the run.
+    """
+    options = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+    document = report.to_dict()
+    try:
+        return orjson.dumps(document, option=options)
+    except orjson.JSONEncodeError:
+        return orjson.dumps(_plain(document), option=options)
+
+
+def _plain(value: Any) -> Any:
+    """`value` with integers beyond 64 bits as floats (JSON numbers) and containers walked."""
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        return float(value)
+    return value
 
 
 def loads(text: bytes | str, source: str = "report") -> Report:

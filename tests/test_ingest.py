@@ -173,15 +173,17 @@ def test_gzip_on_stdin(monkeypatch):
     assert requests[0].completion_tokens == 7 and requests[0].prompt == "p"
 
 
-def test_50_mb_line_is_parsed(tmp_path):
-    big = "word " * (10 * 2**20)  # 50 MiB of prompt text on one line
+def test_large_line_is_parsed_and_a_50_mb_record_is_skipped(tmp_path):
+    """A 5 MiB prompt is read; a 50 MiB one (which took ~6 GB to tokenize) is skipped as too large."""
+    large, huge = "word " * 2**20, "word " * (10 * 2**20)
     path = tmp_path / "big.jsonl"
     with open(path, "wb") as out:
-        out.write(GOOD + b"\n")
-        out.write(orjson.dumps({"prompt": big, "completion": "ok"}) + b"\n")
-        out.write(GOOD + b"\n")
+        for prompt in (large, huge):
+            out.write(GOOD + b"\n")
+            out.write(orjson.dumps({"prompt": prompt, "completion": "ok"}) + b"\n")
     requests, stats = read(str(path))
-    assert len(requests) == 3 and len(requests[1].prompt) == len(big) and stats.skipped == 0
+    assert len(requests) == 3 and len(requests[1].prompt) == len(large)
+    assert stats.problems == [f"{path}:4: too large: a request of {len(huge) + 2} characters, limit {8 * 2**20}"]
 
 
 def test_line_over_the_limit_is_skipped_without_buffering(tmp_path, monkeypatch):

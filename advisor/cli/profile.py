@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 import click
 import orjson
 
+from advisor import limits
+from advisor.cli.options import FiniteFloatRange
 from advisor.errors import ConfigError
 from advisor.ingest import FORMATS
 
@@ -33,19 +35,19 @@ def _speculative_config(_ctx: click.Context, _param: click.Parameter, value: str
 @click.option("--tokenizer", help="Local HF tokenizer dir or tokenizer.json, a cached HF model id, or tiktoken:<encoding>.")
 @click.option("--model", help="Target model id or local dir (implies its tokenizer and config when found locally).")
 @click.option("--gpu", help="GPU of the deployment, e.g. H100 (default: assumed and stated in the report).")
-@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel size.")
-@click.option("--max-num-seqs", type=click.IntRange(min=1), help="The deployment's --max-num-seqs (default: assumed and stated).")
-@click.option("--request-rate", type=click.FloatRange(min=0, min_open=True),
+@click.option("--tp", type=click.IntRange(1, limits.MAX_TP), default=1, show_default=True, help="Tensor-parallel size.")
+@click.option("--max-num-seqs", type=click.IntRange(1, limits.MAX_NUM_SEQS), help="The deployment's --max-num-seqs (default: assumed and stated).")
+@click.option("--request-rate", type=FiniteFloatRange(0, limits.MAX_REQUEST_RATE, min_open=True),
               help="Business load in requests/s, for logs without timestamps.")
-@click.option("--block-size", type=click.IntRange(min=1), default=16, show_default=True,
+@click.option("--block-size", type=click.IntRange(1, limits.MAX_BLOCK_SIZE), default=16, show_default=True,
               help="vLLM KV block size for prefix caching (16 on GPU, 128 on vLLM's CPU backend).")
-@click.option("--hash-block-size", type=click.IntRange(min=1), default=512, show_default=True,
+@click.option("--hash-block-size", type=click.IntRange(1, limits.MAX_BLOCK_SIZE), default=512, show_default=True,
               help="Tokens per hash id in Mooncake / timed_trace logs.")
 @click.option("--speculative-config", "speculative_config", callback=_speculative_config,
               help="Replay exactly this JSON speculative config (as vllm serve takes it) instead of the sweep.")
 @click.option("--no-replay", is_flag=True, help="Skip the ngram/suffix replays (and with them the sweep).")
 @click.option("--no-sweep", is_flag=True, help="Skip the k / lookup-window sweep (faster).")
-@click.option("--max-replay-requests", type=click.IntRange(min=1), default=20_000, show_default=True,
+@click.option("--max-replay-requests", type=click.IntRange(1, limits.MAX_REPLAY_REQUESTS), default=20_000, show_default=True,
               help="Replay a seeded sample of this many requests when the log has more (with 95% intervals).")
 @click.option("--no-recommend", is_flag=True, help="Measure only; skip the recommendation engine.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON on stdout.")

@@ -5,28 +5,36 @@ import json
 
 import click
 
+from advisor import limits
+from advisor.cli.options import FiniteFloatRange
 from advisor.engine.whatif import whatif
 from advisor.errors import ConfigError
 
 
 def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
+    parts = [part for part in value.split(",") if part.strip()]
+    if len(parts) > limits.MAX_CONCURRENCY_LEVELS:
+        raise click.BadParameter(f"at most {limits.MAX_CONCURRENCY_LEVELS} levels, got {len(parts)}")
     try:
-        return [int(part) for part in value.split(",") if part.strip()]
-    except ValueError as error:
-        raise click.BadParameter(f"expected integers separated by commas, e.g. 1,8,32,128 ({error})") from error
+        levels = [int(part) for part in parts if len(part.strip()) <= 20]
+    except ValueError:
+        raise click.BadParameter("expected integers separated by commas, e.g. 1,8,32,128") from None
+    if len(levels) != len(parts) or not all(1 <= level <= limits.MAX_CONCURRENCY for level in levels):
+        raise click.BadParameter(f"each level must be an integer in [1, {limits.MAX_CONCURRENCY:,}]")
+    return levels
 
 
 @click.command("whatif")
 @click.option("--model", required=True, help="Target model: hub id from the built-in table or a local directory.")
 @click.option("--gpu", required=True, help="GPU type: A10G, L4, L40S, A100-40GB, A100-80GB, H100, H200, B200, MI300X, CPU.")
-@click.option("--k", "k", type=int, required=True, help="Draft tokens verified per step (num_speculative_tokens).")
-@click.option("--acceptance-length", type=float, required=True,
+@click.option("--k", "k", type=click.IntRange(1, limits.MAX_SPECULATIVE_TOKENS), required=True, help="Draft tokens verified per step (num_speculative_tokens).")
+@click.option("--acceptance-length", type=FiniteFloatRange(1.0, limits.MAX_SPECULATIVE_TOKENS + 1), required=True,
               help="Mean tokens emitted per step with speculation, bonus token included (1 .. k+1).")
 @click.option("--concurrency", default="1,8,32,128", show_default=True, callback=_concurrency,
               help="Comma-separated concurrency levels (requests in flight).")
-@click.option("--input-len", type=int, default=512, show_default=True, help="Prompt tokens per request.")
-@click.option("--output-len", type=int, default=256, show_default=True, help="Output tokens per request.")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size.")
+@click.option("--input-len", type=click.IntRange(1, limits.MAX_WHATIF_TOKENS), default=512, show_default=True, help="Prompt tokens per request.")
+@click.option("--output-len", type=click.IntRange(2, limits.MAX_WHATIF_TOKENS), default=256, show_default=True, help="Output tokens per request.")
+@click.option("--tp", type=click.IntRange(1, limits.MAX_TP), default=1, show_default=True, help="Tensor-parallel size.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def whatif_command(model: str, gpu: str, k: int, acceptance_length: float, concurrency: list[int],
                    input_len: int, output_len: int, tp: int, as_json: bool) -> None:

@@ -248,6 +248,7 @@ class CostModel:
         budget with the decodes.
         `draft_for_batch(batch) -> ms` gives model-draft time per step.
         """
+        output_len = max(output_len, 1.0)  # a request decodes at least the token that ends it (no 0 division)
         computed_prompt = input_len * (1.0 - cached_share)
 
         def point(batch: float, rate: float) -> tuple[float, float, float]:

@@ -474,7 +474,8 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
     rng = np.random.default_rng(seed)
     sample = rng.choice(len(scaled), size=min(len(scaled), 2000), replace=False)
     best: tuple[float, np.ndarray] | None = None
-    for clusters in (2, 3, 4):
+    distinct = len(np.unique(scaled, axis=0))  # KMeans warns (ConvergenceWarning) for more clusters than points
+    for clusters in (k for k in (2, 3, 4) if k <= distinct):
         model = KMeans(n_clusters=clusters, n_init=4, random_state=seed).fit(scaled)
         labels = model.labels_
         shares = np.bincount(labels, minlength=clusters) / len(labels)

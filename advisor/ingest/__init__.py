@@ -18,6 +18,9 @@ from advisor.errors import InputError
 from advisor.ingest import (aider, bench_custom, csv_traces, mooncake, openai, openai_batch, otel, sharegpt, swe_agent,
                             vllm_log)
 from advisor.ingest._io import SNIFF_BYTES, UTF8_BOM, IngestStats, Sink, Source
+
+# Skipped-record messages shown with the error of a file that gave no request.
+MAX_SHOWN = 5
 from advisor.record import Request
 
 __all__ = ["FORMATS", "IngestStats", "detect_format", "read_requests"]
@@ -76,7 +79,7 @@ def _unknown(source: Source, found: str) -> InputError:
 def _first_record(head: bytes) -> dict | None:
     """The first JSON object among the complete lines of `head` (bad lines are passed over)."""
     lines = head.split(b"\n")
-    if len(head) >= SNIFF_BYTES:
+    if len(head) >= SNIFF_BYTES and not head.endswith(b"\n"):
         lines = lines[:-1]  # the last piece may be cut by the sniff limit
     for line in lines:
         if not line.strip():
@@ -97,6 +100,14 @@ def _first_record(head: bytes) -> dict | None:
 
 
 def _detect(source: Source) -> str:
+    try:
+        return _detect_open(source)
+    except InputError:
+        source.close()
+        raise
+
+
+def _detect_open(source: Source) -> str:
     suffix = source.suffix
     if suffix == ".traj":
         return swe_agent.NAME
@@ -125,6 +136,11 @@ def _detect(source: Source) -> str:
         if looks_like(record):
             return name
     raise _unknown(source, f"first record has keys {', '.join(sorted(record)[:12])}")
+
+
+def _line(request_source: str, file_name: str) -> int:
+    """The record line of a request's source "file:line" or "file:line#i" (the convention of `Request`)."""
+    return int(request_source[len(file_name) + 1:].split("#", 1)[0])
 
 
 def detect_format(path: str) -> str:
@@ -175,31 +191,39 @@ def read_requests(
 
 def _read_one(name: str, source: Source, stats: IngestStats, strict: bool, hash_block_size: int) -> Iterator[Request]:
     sink = Sink(source.name, stats, strict)
+    first_problem = len(stats.problems)
     yielded = 0
     for request in READERS[name](source, sink, hash_block_size):
         yielded += 1
         stats.requests += 1
+        sink.used(_line(request.source, source.name))
         yield request
     if yielded == 0:
-        raise _nothing(source.name, name, sink.bad_records)
+        raise _nothing(source.name, name, sink.bad_records, stats.problems[first_problem:first_problem + MAX_SHOWN])
 
 
 def _read_group(name: str, group: list[tuple[str, Source]], stats: IngestStats, strict: bool) -> Iterator[Request]:
     """The files of one group: a file may yield nothing of its own (its requests finish in the next file)."""
     sinks = [Sink(source.name, stats, strict) for _, source in group]
+    first_problem = len(stats.problems)
     yielded = 0
-    for _, request in GROUP_READERS[name]([source for _, source in group], sinks):
+    for index, request in GROUP_READERS[name]([source for _, source in group], sinks):
         yielded += 1
         stats.requests += 1
+        sinks[index].used(_line(request.source, sinks[index].name))
         yield request
     if yielded == 0:
         names = ", ".join(source.name for _, source in group)
-        raise _nothing(names, name, sum(sink.bad_records for sink in sinks))
+        raise _nothing(names, name, sum(sink.bad_records for sink in sinks),
+                       stats.problems[first_problem:first_problem + MAX_SHOWN])
 
 
-def _nothing(name: str, fmt: str, bad_records: int) -> InputError:
+def _nothing(name: str, fmt: str, bad_records: int, shown: list[str]) -> InputError:
+    """The error of a file that gave no request; it prints the first skipped-record messages itself."""
     if bad_records:
+        more = bad_records - len(shown)
         return InputError(f"{name}: no usable request in the file ({bad_records} bad records, read as {fmt}); "
-                          f"see the skipped-record messages or try --format")
+                          f"see the skipped-record messages below or try --format:\n  " + "\n  ".join(shown)
+                          + (f"\n  ... and {more} more" if more > 0 else ""))
     return InputError(f"{name}: no request in the file (read as {fmt}); the file is empty or holds no records "
                       f"of that format")

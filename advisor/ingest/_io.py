@@ -7,10 +7,12 @@ that invalid UTF-8 is reported with its line number instead of aborting the whol
 from __future__ import annotations
 
 import calendar
+import decimal
 import gzip
 import io
 import math
 import sys
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -24,6 +26,9 @@ from advisor.errors import BadRecordError, InputError
 # keeps memory bounded on garbage input; 64 MiB comfortably holds any real logged request.
 MAX_LINE_BYTES = 64 * 2**20
 SNIFF_BYTES = 1 << 16
+HEAD_CHUNK = 1 << 12
+# What a broken compressed stream raises while it is read (gzip's own errors, zlib's, a cut stream's EOF).
+STREAM_ERRORS = (OSError, EOFError, zlib.error)
 MAX_PROBLEMS = 20
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -34,8 +39,10 @@ class IngestStats:
     """What reading saw: counts per file set, the reasons records were skipped, and the format per path."""
 
     records_read: int = 0
+    records_used: int = 0  # records that gave at least one request
+    records_skipped: int = 0  # records that gave none, each reported with its file:line (read = used + skipped)
     requests: int = 0
-    skipped: int = 0
+    skipped: int = 0  # problems reported: skipped records and skipped parts of used ones (ShareGPT turns)
     skipped_by_reason: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # first MAX_PROBLEMS "file:line: reason"
     formats: dict[str, str] = field(default_factory=dict)
@@ -43,7 +50,7 @@ class IngestStats:
     turns: int = 0
     truncated: int = 0  # requests whose logged prompt or output was cut (vLLM --max-log-len)
     unfinished: int = 0  # requests logged without any output (server logs, batch files)
-    notes: list[str] = field(default_factory=list)  # what the format could not record, and why
+    notes: list[str] = field(default_factory=list)  # what the format could not record, and why; a cut .gz
 
 
 class BadRecord(Exception):
@@ -67,10 +74,32 @@ class Sink:
         self.stats = stats
         self.strict = strict
         self.bad_records = 0
+        # Readers report in line order, so one record's fate is settled by comparing with the last line seen.
+        self._last_used = 0
+        self._last_bad = 0
+
+    def used(self, line: int) -> None:
+        """Counts `line` as a used record (once, however many requests it gives)."""
+        if line == self._last_used:
+            return
+        self._last_used = line
+        self.stats.records_used += 1
+        if line == self._last_bad:  # a part of it was reported bad first: the record is used after all
+            self.stats.records_skipped -= 1
+
+    def was_used(self, line: int) -> bool:
+        return line == self._last_used
+
+    def reported(self, line: int) -> bool:
+        """Whether a problem of `line` was reported already (the last reported line: readers go in order)."""
+        return line == self._last_bad
 
     def bad(self, line: int, problem: BadRecord) -> None:
         if self.strict:
             raise BadRecordError(self.name, line, problem.reason)
+        if line != self._last_bad and line != self._last_used:
+            self.stats.records_skipped += 1
+        self._last_bad = line
         self.bad_records += 1
         self.stats.skipped += 1
         self.stats.skipped_by_reason[problem.kind] = self.stats.skipped_by_reason.get(problem.kind, 0) + 1
@@ -106,6 +135,33 @@ class _Replay(io.RawIOBase):
         if self._tail is not sys.stdin.buffer:
             self._tail.close()
         super().close()
+
+
+class _GzipStream(gzip.GzipFile):
+    """A GzipFile that closes the file under it too (GzipFile leaves a given `fileobj` open)."""
+
+    def __init__(self, raw: BinaryIO):
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
+
+
+class _Failing(io.RawIOBase):
+    """The rest of a stream that broke while its head was read: raises that error when read."""
+
+    def __init__(self, error: BaseException):
+        self._error = error
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        raise self._error
 
 
 class Source:
@@ -149,18 +205,40 @@ class Source:
         magic = raw.read(2)
         raw = io.BufferedReader(_Replay(magic, raw), buffer_size=1 << 20)  # type: ignore[assignment]
         if magic == GZIP_MAGIC:
-            raw = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
+            raw = _GzipStream(raw)  # type: ignore[assignment]
         return raw
 
     def head(self) -> bytes:
-        """The first SNIFF_BYTES decompressed bytes (kept so that `open` can replay them)."""
+        """The first SNIFF_BYTES decompressed bytes (kept so that `open` can replay them).
+
+        Read in small chunks, so that a .gz cut inside the head still yields what came before the break
+        (the break is raised again where the replayed stream reaches it). A first line longer than the
+        sniff window is read whole (up to the line limit), so a log of long records is told by its first.
+        """
         if self._head is None:
             self._stream = self._open_decompressed()
+            chunks: list[bytes] = []
+            size = 0
             try:
-                self._head = self._stream.read(SNIFF_BYTES)
-            except (OSError, EOFError) as exc:
-                raise InputError(f"{self.name}: cannot be read ({exc})") from None
+                while size < SNIFF_BYTES or (b"\n" not in b"".join(chunks) and size <= MAX_LINE_BYTES):
+                    chunk = self._stream.read(HEAD_CHUNK if size < SNIFF_BYTES else size)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    size += len(chunk)
+            except STREAM_ERRORS as exc:
+                self.close()
+                if not size:
+                    raise InputError(f"{self.name}: cannot be read: {_stream_error(exc)}, before any record") from None
+                self._stream = _Failing(exc)  # type: ignore[assignment]
+            self._head = b"".join(chunks)
         return self._head
+
+    def close(self) -> None:
+        """Closes the stream opened for sniffing (a Source given up on before `open`: an unknown format)."""
+        if self._stream is not None and self.path != "-":
+            self._stream.close()
+        self._stream = None
 
     def open(self) -> BinaryIO:
         """The whole decompressed content from its first byte, as a buffered binary stream."""
@@ -174,8 +252,18 @@ class Source:
         with self.open() as stream:
             try:
                 return stream.read()
-            except (OSError, EOFError) as exc:
-                raise InputError(f"{self.name}: cannot be read ({exc})") from None
+            except STREAM_ERRORS as exc:
+                raise InputError(f"{self.name}: cannot be read: {_stream_error(exc)}; a whole-document "
+                                 f"format needs the whole file") from None
+
+
+def _stream_error(exc: BaseException) -> str:
+    """What broke a stream, in words (gzip's and zlib's messages name no data)."""
+    if isinstance(exc, EOFError):
+        return "the compressed stream is cut short (truncated .gz)"
+    if isinstance(exc, (zlib.error, gzip.BadGzipFile)):
+        return f"the compressed stream is corrupt ({exc})"
+    return str(exc.strerror or exc) if isinstance(exc, OSError) else str(exc)
 
 
 def iter_lines(source: Source, sink: Sink, *, keep_blank: bool = False) -> Iterator[tuple[int, str]]:
@@ -188,8 +276,14 @@ def iter_lines(source: Source, sink: Sink, *, keep_blank: bool = False) -> Itera
         while True:
             try:
                 raw = stream.readline(MAX_LINE_BYTES + 1)
-            except (OSError, EOFError) as exc:
-                raise InputError(f"{source.name}:{number + 1}: cannot be read ({exc})") from None
+            except STREAM_ERRORS as exc:
+                if number == 0 or not isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile)):
+                    raise InputError(f"{source.name}:{number + 1}: cannot be read: {_stream_error(exc)}; "
+                                     f"{number} lines were read before it") from None
+                # A cut or corrupt .gz: the lines before the break are good; keep them and say so.
+                sink.stats.notes.append(f"{source.name}: {_stream_error(exc)} after line {number}: the "
+                                        f"records before the break are used, the rest of the file is lost")
+                return
             if not raw:
                 return
             number += 1
@@ -296,6 +390,8 @@ def parse_iso(text: str) -> float | None:
     its decimal digits; the sum is rounded once by float parsing.
     """
     text = text.strip()
+    if len(text) > 64:  # longer than any ISO 8601 time with a 12-digit fraction and an offset
+        return None
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
     zone = ""
@@ -307,13 +403,13 @@ def parse_iso(text: str) -> float | None:
     fraction = ""
     if "." in text[10:]:
         text, fraction = text.rsplit(".", 1)
-        if not fraction.isdigit():
+        if not fraction.isdigit() or len(fraction) > 12:  # ns logs write 9 digits; more is not a time
             return None
     try:
         moment = datetime.fromisoformat(text + zone)
-    except ValueError:
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        whole = calendar.timegm(moment.utctimetuple())
+        return float(Decimal(whole) + Decimal(f"0.{fraction}")) if fraction else float(whole)
+    except (ValueError, OverflowError, decimal.InvalidOperation):  # out of datetime's range once offset
         return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    whole = calendar.timegm(moment.utctimetuple())
-    return float(Decimal(whole) + Decimal(f"0.{fraction}")) if fraction else float(whole)

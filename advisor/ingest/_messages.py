@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from advisor.ingest._io import BadRecord, type_name
+from advisor.ingest._schema import MAX_MESSAGES
 from advisor.record import Message
 
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
@@ -45,16 +46,25 @@ def content_text(content: Any, where: str) -> str:
     return "\n".join(texts)
 
 
-def render_tool_call(name: Any, arguments: Any) -> str:
-    """One tool call as `{"name": ..., "arguments": ...}`; arguments logged as JSON text are embedded as is."""
-    if isinstance(arguments, str):
-        try:
-            orjson.loads(arguments)
-            rendered_arguments = arguments
-        except orjson.JSONDecodeError:
-            rendered_arguments = orjson.dumps(arguments).decode()
-    else:
-        rendered_arguments = orjson.dumps(arguments if arguments is not None else {}).decode()
+def render_tool_call(name: Any, arguments: Any, where: str = "tool call") -> str:
+    """One tool call as `{"name": ..., "arguments": ...}`; arguments logged as JSON text are embedded as is.
+
+    The name is a string (or missing); arguments are JSON text or any JSON value orjson can write back
+    (not an integer beyond 64 bits, not nested deeper than 254 levels).
+    """
+    if name is not None and not isinstance(name, str):
+        raise BadRecord("wrong type", f"field '{where}.name' must be a string, got {type_name(name)}")
+    try:
+        if isinstance(arguments, str):
+            try:
+                orjson.loads(arguments)
+                rendered_arguments = arguments
+            except orjson.JSONDecodeError:
+                rendered_arguments = orjson.dumps(arguments).decode()
+        else:
+            rendered_arguments = orjson.dumps(arguments if arguments is not None else {}).decode()
+    except orjson.JSONEncodeError as error:
+        raise BadRecord("wrong type", f"field '{where}.arguments' cannot be rendered as JSON ({error})") from None
     return f'{{"name": {orjson.dumps(name).decode()}, "arguments": {rendered_arguments}}}'
 
 
@@ -72,7 +82,7 @@ def with_tool_calls(text: str, tool_calls: Any, where: str) -> str:
         if not isinstance(function, dict):
             raise BadRecord("wrong type",
                             f"field '{where}[{index}].function' must be an object, got {type_name(function)}")
-        lines.append(render_tool_call(function.get("name"), function.get("arguments")))
+        lines.append(render_tool_call(function.get("name"), function.get("arguments"), f"{where}[{index}].function"))
     return "\n".join(lines)
 
 
@@ -80,6 +90,10 @@ def chat_messages(value: Any, where: str = "messages") -> tuple[Message, ...]:
     """An OpenAI-style message list ({role, content, tool_calls?}) as `Message`s."""
     if not isinstance(value, list):
         raise BadRecord("wrong type", f"field '{where}' must be a list, got {type_name(value)}")
+    if not value:
+        raise BadRecord("empty conversation", f"field '{where}' is an empty list: no prompt to send")
+    if len(value) > MAX_MESSAGES:
+        raise BadRecord("too large", f"field '{where}' holds {len(value)} messages, limit {MAX_MESSAGES}")
     messages = []
     for index, item in enumerate(value):
         at = f"{where}[{index}]"

@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from advisor.ingest._io import Sink, Source, iter_lines, parse_iso
+from advisor.ingest import _schema
+from advisor.ingest._io import BadRecord, Sink, Source, iter_lines, parse_iso
 from advisor.record import Message, Request
 
 NAME = "aider"
@@ -36,10 +37,15 @@ def looks_like(head: bytes) -> bool:
 
 
 def _count(text: str | None) -> int:
+    """A count of the Tokens line ("5,244", "1.2k"); BadRecord for what aider never writes ("1.2.3k")."""
     if not text:
         return 0
-    text = text.replace(",", "")
-    return round(float(text[:-1]) * 1000) if text.endswith("k") else int(text)
+    digits = text.replace(",", "")
+    try:
+        value = round(float(digits[:-1]) * 1000) if digits.endswith("k") else int(digits)
+    except ValueError:
+        raise BadRecord("wrong type", "the Tokens line holds a count that is not a number") from None
+    return _schema.token_count(value, "the 'Tokens' count")
 
 
 @dataclass
@@ -50,6 +56,7 @@ class _Reply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    problem: BadRecord | None = None  # a malformed Tokens line: the reply is skipped with it
 
 
 class _Session:
@@ -70,11 +77,20 @@ class _Session:
         self.user_lines, self.tool_lines = [], []
         return _Reply(line=line, prompt=tuple(self.history))
 
-    def finish(self, reply: _Reply, source: str) -> Iterator[Request]:
-        """The reply's request; a reply that opens its session is history only (nothing asked for it)."""
+    def finish(self, reply: _Reply, source: str, sink: Sink) -> Iterator[Request]:
+        """The reply's request; a reply that opens its session is history only (nothing asked for it, but
+        the replies after it hold it: a used record). A malformed or too large reply is skipped."""
         completion = "\n".join(reply.lines).strip("\n")
         self.history.append(Message("assistant", completion))
+        if reply.problem is not None:
+            sink.bad(reply.line, reply.problem)
+            return
         if not reply.prompt:
+            sink.used(reply.line)
+            return
+        size = len(completion) + sum(len(message.content) for message in reply.prompt)
+        if size > _schema.MAX_TEXT_CHARS:
+            sink.bad(reply.line, BadRecord("too large", f"a request of {size} characters, limit {_schema.MAX_TEXT_CHARS}"))
             return
         self.turn += 1
         yield Request(
@@ -92,9 +108,12 @@ def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
         text = raw.rstrip("\r\n")
         if text.startswith(SESSION_HEADER):
             if reply is not None:
-                yield from session.finish(reply, source.name)
+                yield from session.finish(reply, source.name, sink)
                 reply = None
-            session = _Session(f"{source.stem}:{number}", parse_iso(text[len(SESSION_HEADER):]))
+            started = parse_iso(text[len(SESSION_HEADER):])
+            if started is not None and not 0 <= started <= _schema.MAX_EPOCH_S:
+                started = None  # a header time outside 1970..2100 is no arrival time: the session has none
+            session = _Session(f"{source.stem}:{number}", started)
             state = "header"
             continue
         is_user = text.startswith("#### ") or text.rstrip(" ") == "####"
@@ -104,16 +123,19 @@ def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
             continue
         if is_user:
             if reply is not None:
-                yield from session.finish(reply, source.name)
+                yield from session.finish(reply, source.name, sink)
                 reply = None
             session.user_lines.append(text[5:].removesuffix(LINE_END))
             state = "user"
         elif text.startswith("> ") or text.rstrip(" ") == ">":
             tokens = TOKENS.match(text)
             if tokens and reply is not None and reply.completion_tokens is None:
-                sent, written, cached, received = (_count(group) for group in tokens.groups())
-                reply.prompt_tokens, reply.cached_tokens = sent + written + cached, cached
-                reply.completion_tokens = received
+                try:
+                    sent, written, cached, received = (_count(group) for group in tokens.groups())
+                    reply.prompt_tokens = _schema.token_count(sent + written + cached, "the 'Tokens' sent count")
+                    reply.cached_tokens, reply.completion_tokens = cached, received
+                except BadRecord as problem:
+                    reply.problem = problem
             session.tool_lines.append(text[2:].removesuffix(LINE_END))
             state = "tool" if text.endswith(LINE_END) or text.rstrip(" ") == ">" else "tool_open"
         elif not text.strip():
@@ -125,7 +147,7 @@ def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
             reply.lines.append(text)  # type: ignore[union-attr]
         elif state in ("user", "gap"):
             if reply is not None:
-                yield from session.finish(reply, source.name)
+                yield from session.finish(reply, source.name, sink)
             sink.stats.records_read += 1
             reply = session.start_reply(number)
             reply.lines.append(text)
@@ -133,4 +155,4 @@ def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
         else:
             state = "other"  # unprefixed text in a session's preamble: not a reply
     if reply is not None:
-        yield from session.finish(reply, source.name)
+        yield from session.finish(reply, source.name, sink)

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from advisor.ingest._io import BadRecord, Sink, Source, expect_object, get_int, iter_json_lines, type_name
+from advisor.ingest import _schema
+from advisor.ingest._io import BadRecord, Sink, Source, expect_object, iter_json_lines, type_name
+from advisor.ingest._schema import Field, Schema
 from advisor.record import Request
 
 NAME = "bench-custom"
+SCHEMA = Schema(NAME, (Field("output_tokens", _schema.tokens),))
 
 
 def looks_like(record: dict[str, Any]) -> bool:
@@ -19,17 +22,16 @@ def looks_like(record: dict[str, Any]) -> bool:
 
 def convert(record: Any, source: str) -> Request:
     record = expect_object(record, "the record")
+    fields = SCHEMA.check(record)
     prompt = record.get("prompt")
     if prompt is None:
         raise BadRecord("missing field", "expected 'prompt'")
     if not isinstance(prompt, str):
         raise BadRecord("wrong type", f"field 'prompt' must be a string, got {type_name(prompt)}")
-    return Request(source=source, prompt=prompt, completion_tokens=get_int(record, "output_tokens"))
+    _schema.text_size(len(prompt), "field 'prompt'")
+    return Request(source=source, prompt=prompt, completion_tokens=fields.get("output_tokens"))
 
 
 def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
-    for line, record in iter_json_lines(source, sink):
-        try:
-            yield convert(record, f"{source.name}:{line}")
-        except BadRecord as problem:
-            sink.bad(line, problem)
+    return _schema.convert_each(iter_json_lines(source, sink),
+                                lambda line, record: [convert(record, f"{source.name}:{line}")], sink)

@@ -12,7 +12,8 @@ import csv
 from typing import Callable, Iterator
 
 from advisor.errors import InputError
-from advisor.ingest._io import BadRecord, Sink, Source, iter_lines, parse_iso, to_number
+from advisor.ingest import _schema
+from advisor.ingest._io import BadRecord, Sink, Source, iter_lines, parse_iso
 from advisor.record import Request
 
 AZURE = "azure"
@@ -21,9 +22,20 @@ AZURE_COLUMNS = ("timestamp", "contexttokens", "generatedtokens")
 BURSTGPT_COLUMNS = ("timestamp", "model", "request tokens", "response tokens")
 
 
+def _cells(text: str) -> list[str]:
+    """The cells of one CSV line; BadRecord when the csv module cannot split it (a stray quote, a NUL)."""
+    try:
+        return next(csv.reader([text]), [])
+    except csv.Error as error:
+        raise BadRecord("malformed CSV row", str(error)) from None
+
+
 def header_format(header_line: str) -> str | None:
     """`azure`, `burstgpt` or None for a CSV header line."""
-    names = {name.strip().lower() for name in next(csv.reader([header_line]), [])}
+    try:
+        names = {name.strip().lower() for name in _cells(header_line)}
+    except BadRecord:
+        return None
     if set(AZURE_COLUMNS) <= names:
         return AZURE
     if set(BURSTGPT_COLUMNS) <= names:
@@ -32,10 +44,7 @@ def header_format(header_line: str) -> str | None:
 
 
 def _integer(row: list[str], column: int, name: str) -> int:
-    number = to_number(row[column].strip())
-    if number is None or number != int(number) or number < 0:
-        raise BadRecord("wrong type", f"column '{name}' must be a non-negative integer")
-    return int(number)
+    return _schema.token_count(row[column], f"column '{name}'", text=True)
 
 
 def _azure_row(row: list[str], columns: dict[str, int], source: str) -> Request:
@@ -44,19 +53,18 @@ def _azure_row(row: list[str], columns: dict[str, int], source: str) -> Request:
         raise BadRecord("wrong type", "column 'TIMESTAMP' must be a date-time like 2023-11-16 18:17:03.9799600")
     return Request(
         source=source,
-        timestamp=timestamp,
+        timestamp=_schema.check_time(timestamp, "column 'TIMESTAMP'"),
         prompt_tokens=_integer(row, columns["contexttokens"], "ContextTokens"),
         completion_tokens=_integer(row, columns["generatedtokens"], "GeneratedTokens"),
     )
 
 
 def _burstgpt_row(row: list[str], columns: dict[str, int], source: str) -> Request:
-    timestamp = to_number(row[columns["timestamp"]].strip())
-    if timestamp is None:
-        raise BadRecord("wrong type", "column 'Timestamp' must be a number of seconds")
+    timestamp = _schema.real(row[columns["timestamp"]], "column 'Timestamp' (seconds)", 0.0, _schema.MAX_EPOCH_S,
+                             text=True)
     return Request(
         source=source,
-        timestamp=float(timestamp),
+        timestamp=timestamp,
         model=row[columns["model"]].strip() or None,
         prompt_tokens=_integer(row, columns["request tokens"], "Request tokens"),
         completion_tokens=_integer(row, columns["response tokens"], "Response tokens"),
@@ -70,21 +78,29 @@ def _read(source: Source, sink: Sink, fmt: str, convert: Callable[[list[str], di
     if first is None:
         return
     header_number, header = first
-    names = [name.strip().lower() for name in next(csv.reader([header]), [])]
+    try:
+        names = [name.strip().lower() for name in _cells(header)]
+    except BadRecord as problem:
+        raise InputError(f"{source.name}:{header_number}: the CSV header cannot be read ({problem.detail}); "
+                         f"no record was read") from None
     if header_format(header) != fmt:
         expected = AZURE_COLUMNS if fmt == AZURE else BURSTGPT_COLUMNS
         raise InputError(f"{source.name}:{header_number}: expected a {fmt} CSV header with columns "
                          f"{', '.join(expected)} (any case); try another --format")
     columns = {name: index for index, name in enumerate(names)}
-    for number, text in lines:
-        sink.stats.records_read += 1
-        row = next(csv.reader([text]), [])
-        try:
-            if len(row) != len(names):
-                raise BadRecord("wrong column count", f"expected {len(names)} columns, got {len(row)}")
-            yield convert(row, columns, f"{source.name}:{number}")
-        except BadRecord as problem:
-            sink.bad(number, problem)
+
+    def row_request(number: int, text: str) -> list[Request]:
+        row = _cells(text)
+        if len(row) != len(names):
+            raise BadRecord("wrong column count", f"expected {len(names)} columns, got {len(row)}")
+        return [convert(row, columns, f"{source.name}:{number}")]
+
+    def counted() -> Iterator[tuple[int, str]]:
+        for number, text in lines:
+            sink.stats.records_read += 1
+            yield number, text
+
+    yield from _schema.convert_each(counted(), row_request, sink)
 
 
 def read_azure(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:

@@ -2,16 +2,26 @@
 
 Token-free: no text, only lengths and the ids of the prompt's prefix blocks (equal id = identical block
 with an identical prefix), each covering `hash_block_size` tokens (512 in the published Mooncake traces).
-Timestamps are milliseconds from the trace start and become seconds.
+Timestamps are milliseconds from the trace start and become seconds. The hash ids must cover the prompt no
+more than one block beyond it (a trace writer hashes ceil(input_length / block) blocks): a longer list
+would claim cached blocks the prompt does not have.
 """
 from __future__ import annotations
 
 from typing import Any, Iterator
 
-from advisor.ingest._io import BadRecord, Sink, Source, expect_object, get_int, iter_json_lines, to_number, type_name
+from advisor.ingest import _schema
+from advisor.ingest._io import BadRecord, Sink, Source, expect_object, iter_json_lines
+from advisor.ingest._schema import Field, Schema
 from advisor.record import Request
 
 NAME = "mooncake"
+SCHEMA = Schema(NAME, (
+    Field("timestamp", lambda v, at: _schema.real(v, at, 0.0, _schema.MAX_EPOCH_S * 1000)),
+    Field("input_length", _schema.tokens, required=True),
+    Field("output_length", _schema.tokens, required=True),
+    Field("hash_ids", _schema.block_ids),
+))
 
 
 def looks_like(record: dict[str, Any]) -> bool:
@@ -19,30 +29,22 @@ def looks_like(record: dict[str, Any]) -> bool:
 
 
 def convert(record: Any, source: str, hash_block_size: int) -> Request:
-    record = expect_object(record, "the record")
-    timestamp = record.get("timestamp")
-    milliseconds = to_number(timestamp)
-    if timestamp is not None and milliseconds is None:
-        raise BadRecord("wrong type", f"field 'timestamp' must be a number of milliseconds, got {type_name(timestamp)}")
-    hash_ids = record.get("hash_ids")
-    if hash_ids is not None:
-        if not isinstance(hash_ids, list):
-            raise BadRecord("wrong type", f"field 'hash_ids' must be a list, got {type_name(hash_ids)}")
-        if not all(isinstance(x, int) and not isinstance(x, bool) for x in hash_ids):
-            raise BadRecord("wrong type", "field 'hash_ids' must hold integers only")
+    fields = SCHEMA.check(expect_object(record, "the record"))
+    hash_ids = fields.get("hash_ids")
+    if hash_ids is not None and len(hash_ids) > fields["input_length"] // hash_block_size + 1:
+        raise BadRecord("out of range", f"field 'hash_ids' has {len(hash_ids)} blocks of {hash_block_size} "
+                                        f"tokens for an input of {fields['input_length']} tokens")
+    milliseconds = fields.get("timestamp")
     return Request(
         source=source,
         timestamp=milliseconds / 1000.0 if milliseconds is not None else None,
-        prompt_tokens=get_int(record, "input_length", required=True),
-        completion_tokens=get_int(record, "output_length", required=True),
-        block_hashes=tuple(hash_ids) if hash_ids is not None else None,
+        prompt_tokens=fields["input_length"],
+        completion_tokens=fields["output_length"],
+        block_hashes=hash_ids,
         hash_block_size=hash_block_size if hash_ids is not None else None,
     )
 
 
 def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
-    for line, record in iter_json_lines(source, sink):
-        try:
-            yield convert(record, f"{source.name}:{line}", hash_block_size)
-        except BadRecord as problem:
-            sink.bad(line, problem)
+    return _schema.convert_each(iter_json_lines(source, sink),
+                                lambda line, record: [convert(record, f"{source.name}:{line}", hash_block_size)], sink)

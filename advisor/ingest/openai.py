@@ -23,17 +23,9 @@ from typing import Any, Iterator
 
 import orjson
 
-from advisor.ingest._io import (
-    BadRecord,
-    Sink,
-    Source,
-    epoch_seconds,
-    expect_object,
-    get_int,
-    iter_json_lines,
-    to_number,
-    type_name,
-)
+from advisor.ingest import _schema
+from advisor.ingest._io import BadRecord, Sink, Source, expect_object, iter_json_lines, type_name
+from advisor.ingest._schema import Field, Schema
 from advisor.ingest._messages import chat_messages, content_text, render_tool_call, with_tool_calls
 from advisor.record import Message, Request, SamplingParams
 
@@ -50,18 +42,27 @@ TTFT_S_KEYS = ("ttft", "ttft_s", "time_to_first_token")
 TTFT_MS_KEYS = ("ttft_ms", "time_to_first_token_ms")
 CONVERSATION_KEYS = ("conversation_id", "session_id", "thread_id", "chat_id", "conversation", "session",
                      "user", "user_id")
+# The checked scalar fields, per layer they are read from (docs/input.md: accepted ranges).
+SAMPLING = Schema("openai request", (
+    Field("temperature", _schema.temperature),
+    Field("top_p", _schema.top_p),
+    Field("top_k", _schema.top_k),
+    Field("max_tokens", _schema.tokens),
+    Field("max_completion_tokens", _schema.tokens),
+    Field("max_output_tokens", _schema.tokens),
+    Field("seed", _schema.seed),
+    Field("n", _schema.small_count),
+))
+USAGE = Schema("openai usage", tuple(Field(key, _schema.tokens) for key in (
+    "prompt_tokens", "input_tokens", "completion_tokens", "output_tokens", "cache_read_input_tokens")))
+CACHED = Schema("openai usage details", (Field("cached_tokens", _schema.tokens),))
 
 
 def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
     """Requests of an OpenAI-style JSONL log, in file order."""
     turns: dict[str, int] = {}
-    for line, record in iter_json_lines(source, sink):
-        try:
-            requests = convert(record, f"{source.name}:{line}")
-        except BadRecord as problem:
-            sink.bad(line, problem)
-            continue
-        for request in requests:
+    records = iter_json_lines(source, sink)
+    for request in _schema.convert_each(records, lambda line, record: convert(record, f"{source.name}:{line}"), sink):
             if request.conversation_id is not None and request.turn is None:
                 turn = turns.get(request.conversation_id, 0)
                 turns[request.conversation_id] = turn + 1
@@ -139,14 +140,26 @@ def _prompts(request: dict[str, Any]) -> list[str | list[int]]:
     if isinstance(prompt, str):
         return [prompt]
     if isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
+        _token_ids(prompt, "prompt")
         return [prompt]
     if isinstance(prompt, list) and prompt:
         for index, item in enumerate(prompt):
             if not isinstance(item, (str, list)):
                 raise BadRecord("wrong type",
                                 f"field 'prompt[{index}]' must be a string or token ids, got {type_name(item)}")
+            if isinstance(item, list):
+                _token_ids(item, f"prompt[{index}]")
         return prompt
     raise BadRecord("wrong type", f"field 'prompt' must be a string or a non-empty list, got {type_name(prompt)}")
+
+
+def _token_ids(ids: list[Any], where: str) -> None:
+    """A token-id prompt: integers in a vocabulary's range, at most MAX_TOKENS of them (only its length is used)."""
+    if len(ids) > _schema.MAX_TOKENS:
+        raise BadRecord("out of range", f"field '{where}' holds {len(ids)} token ids, limit {_schema.MAX_TOKENS}")
+    for token in ids:
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < 2**31:
+            raise BadRecord("wrong type", f"field '{where}' must hold token ids (integers in [0, 2^31))")
 
 
 def _choice_text(choice: Any, where: str) -> str:
@@ -159,6 +172,11 @@ def _choice_text(choice: Any, where: str) -> str:
     if isinstance(text, str):
         return text
     raise BadRecord("missing field", f"expected '{where}.message.content' or '{where}.text'")
+
+
+def _choice_index(choice: Any) -> int:
+    index = choice.get("index") if isinstance(choice, dict) else None
+    return 0 if index is None else _schema.integer(index, "field 'choices[].index'", 0, _schema.MAX_REQUESTS_PER_RECORD)
 
 
 def _output_items_text(items: list[Any]) -> str:
@@ -187,7 +205,7 @@ def _completions(response: Any) -> list[str] | None:
     if choices is not None:
         if not isinstance(choices, list):
             raise BadRecord("wrong type", f"field 'choices' must be a list, got {type_name(choices)}")
-        ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
+        ordered = sorted(choices, key=lambda c: _choice_index(c))
         return [_choice_text(choice, f"choices[{i}]") for i, choice in enumerate(ordered)] or None
     if isinstance(response.get("output_text"), str):
         return [response["output_text"]]
@@ -214,22 +232,13 @@ def _seconds(layers: list[dict[str, Any]], s_keys: tuple[str, ...], ms_keys: tup
     for keys, scale in ((s_keys, 1.0), (ms_keys, 1e-3)):
         found = _first(layers, keys)
         if found is not None:
-            number = to_number(found[1])
-            if number is None:
-                raise BadRecord("wrong type", f"field '{found[0]}' must be a number, got {type_name(found[1])}")
-            return float(number) * scale
+            return _schema.duration_s(found[1], f"field '{found[0]}'", scale, text=True)
     return None
 
 
 def _time(layers: list[dict[str, Any]], keys: tuple[str, ...]) -> float | None:
     found = _first(layers, keys)
-    if found is None:
-        return None
-    seconds = epoch_seconds(found[1])
-    if seconds is None:
-        raise BadRecord("wrong type", f"field '{found[0]}' must be ISO 8601 text or epoch seconds/ms, "
-                                      f"got {type_name(found[1])}")
-    return seconds
+    return _schema.epoch_time(found[1], f"field '{found[0]}'") if found is not None else None
 
 
 def _conversation(layers: list[dict[str, Any]]) -> str | None:
@@ -245,48 +254,35 @@ def _conversation(layers: list[dict[str, Any]]) -> str | None:
     raise BadRecord("wrong type", f"field '{found[0]}' must be a string or an integer, got {type_name(value)}")
 
 
-def _float(layer: dict[str, Any], key: str) -> float | None:
-    value = layer.get(key)
-    if value is None:
-        return None
-    number = to_number(value)
-    if number is None:
-        raise BadRecord("wrong type", f"field '{key}' must be a number, got {type_name(value)}")
-    return float(number)
-
-
-def _sampling(request: dict[str, Any]) -> SamplingParams:
-    max_tokens = None
-    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
-        max_tokens = get_int(request, key)
-        if max_tokens is not None:
-            break
-    return SamplingParams(
-        temperature=_float(request, "temperature"),
-        top_p=_float(request, "top_p"),
-        top_k=get_int(request, "top_k"),
-        max_tokens=max_tokens,
-        seed=get_int(request, "seed"),
-        n=get_int(request, "n"),
-    )
+def _sampling(fields: dict[str, Any]) -> SamplingParams:
+    max_tokens = next((fields[key] for key in ("max_tokens", "max_completion_tokens", "max_output_tokens")
+                       if key in fields), None)
+    return SamplingParams(temperature=fields.get("temperature"), top_p=fields.get("top_p"),
+                          top_k=fields.get("top_k"), max_tokens=max_tokens, seed=fields.get("seed"),
+                          n=fields.get("n"))
 
 
 def _usage(layers: list[dict[str, Any]]) -> tuple[int | None, int | None, int | None]:
     """(prompt, completion, cached) token counts from `usage` objects or flat count fields."""
+    for layer in layers:
+        if layer.get("usage") is not None and not isinstance(layer["usage"], dict):
+            raise BadRecord("wrong type", f"field 'usage' must be an object, got {type_name(layer['usage'])}")
     usage = next((layer["usage"] for layer in layers if isinstance(layer.get("usage"), dict)), None)
     sources = [usage] if usage is not None else layers
     for layer in sources:
-        prompt = get_int(layer, "prompt_tokens")
-        prompt = prompt if prompt is not None else get_int(layer, "input_tokens")
-        completion = get_int(layer, "completion_tokens")
-        completion = completion if completion is not None else get_int(layer, "output_tokens")
+        counts = USAGE.check(layer, where="usage." if layer is usage else "")
+        prompt = counts.get("prompt_tokens", counts.get("input_tokens"))
+        completion = counts.get("completion_tokens", counts.get("output_tokens"))
         cached = None
         for details in ("prompt_tokens_details", "input_tokens_details"):
-            if isinstance(layer.get(details), dict):
-                cached = get_int(layer[details], "cached_tokens", where=f"{details}.cached_tokens")
+            if layer.get(details) is not None:
+                detail = expect_object(layer[details], f"field '{details}'")
+                cached = CACHED.check(detail, where=f"{details}.").get("cached_tokens")
                 break
         if cached is None:
-            cached = get_int(layer, "cache_read_input_tokens")
+            cached = counts.get("cache_read_input_tokens")
+        if cached is not None and prompt is not None and cached > prompt and "cache_read_input_tokens" not in counts:
+            raise BadRecord("inconsistent usage", f"cached_tokens {cached} exceed prompt_tokens {prompt}")
         if (prompt, completion, cached) != (None, None, None):
             return prompt, completion, cached
     return None, None, None
@@ -329,7 +325,10 @@ def convert(record: Any, source: str) -> list[Request]:
     if latency is None and timestamp is not None:
         end = _time([record, response_layer], END_KEYS)
         latency = end - timestamp if end is not None else None
-    logged_turn = get_int(record, "turn")
+        if latency is not None and not 0 <= latency <= _schema.MAX_DURATION_S:
+            raise BadRecord("out of range", "the end time must follow the start time by at most a week")
+    logged_turn = _schema.turn_index(record["turn"], "field 'turn'") if record.get("turn") is not None else None
+    sampling = SAMPLING.check(request)
     model = _first([request, response_layer, record], ("model",))
     if model is not None and not isinstance(model[1], str):
         raise BadRecord("wrong type", f"field 'model' must be a string, got {type_name(model[1])}")
@@ -338,7 +337,7 @@ def convert(record: Any, source: str) -> list[Request]:
         conversation_id=_conversation(layers),
         turn=logged_turn,
         model=model[1] if model is not None else None,
-        sampling=_sampling(request),
+        sampling=_sampling(sampling),
         latency_s=latency,
         ttft_s=_seconds([record, response_layer], TTFT_S_KEYS, TTFT_MS_KEYS),
     )
@@ -357,7 +356,7 @@ def convert(record: Any, source: str) -> list[Request]:
                         prompt_tokens=prompt_tokens if text_prompt is not None else len(prompt),
                         completion_tokens=completion_tokens, cached_tokens=cached_tokens,
                         prompt_token_ids=prompt_ids, output_token_ids=output_ids, **common)]
-    per_prompt = get_int(request, "n") or 1
+    per_prompt = sampling.get("n") or 1
     requests = []
     for index, prompt in enumerate(prompts):
         choice = index * per_prompt

@@ -6,8 +6,9 @@ Spans may be OTLP JSON (`attributes` as a list of `{key, value: {stringValue|int
 (`gen_ai.input.messages`, `gen_ai.output.messages`, `gen_ai.system_instructions`: lists of `{role, parts}`,
 as lists or JSON text); the older indexed `gen_ai.prompt.N.role/content` and `gen_ai.completion.N.content`
 attributes are read too. Only model-call spans are requests: spans without `gen_ai.*` attributes, or whose
-`gen_ai.operation.name` is not a model call (agent or tool spans, which would double count), are ignored
-without being counted as bad. Spans without messages but with usage counts give token-free requests.
+`gen_ai.operation.name` is not a model call (agent or tool spans, which would double count), are passed over;
+a line with no model-call span at all is a skipped record ("no model call"), so that every line is either
+used or reported. Spans without messages but with usage counts give token-free requests.
 """
 from __future__ import annotations
 
@@ -16,22 +17,32 @@ from typing import Any, Iterator
 
 import orjson
 
-from advisor.ingest._io import (
-    BadRecord,
-    Sink,
-    Source,
-    epoch_seconds,
-    expect_object,
-    get_int,
-    iter_json_lines,
-    to_number,
-    type_name,
-)
+from advisor.ingest import _schema
+from advisor.ingest._io import BadRecord, Sink, Source, expect_object, iter_json_lines, type_name
 from advisor.ingest._messages import ROLE_ALIASES, render_tool_call
+from advisor.ingest._schema import Field, Schema
 from advisor.record import Message, Request, SamplingParams
 
 NAME = "otel"
 MODEL_CALL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
+# OTLP JSON writes 64-bit integers (intValue, *UnixNano) as decimal text: the coercion is the format's own.
+ATTRIBUTES = Schema("otel attributes", (
+    Field("gen_ai.usage.input_tokens", _schema.tokens_or_text),
+    Field("gen_ai.usage.prompt_tokens", _schema.tokens_or_text),
+    Field("gen_ai.usage.output_tokens", _schema.tokens_or_text),
+    Field("gen_ai.usage.completion_tokens", _schema.tokens_or_text),
+    Field("gen_ai.usage.cache_read.input_tokens", _schema.tokens_or_text),
+    Field("gen_ai.usage.cache_read_input_tokens", _schema.tokens_or_text),
+    Field("gen_ai.request.temperature", _schema.temperature),
+    Field("gen_ai.request.top_p", _schema.top_p),
+    Field("gen_ai.request.top_k", _schema.top_k),
+    Field("gen_ai.request.max_tokens", _schema.tokens_or_text),
+    Field("gen_ai.request.seed", _schema.seed),
+))
+SPAN_TIMES = Schema("otel span", tuple(Field(key, _schema.epoch_time) for key in (
+    "startTimeUnixNano", "start_time", "startTime", "endTimeUnixNano", "end_time", "endTime")))
+# OTLP AnyValue nesting (arrayValue / kvlistValue) deeper than this is not a GenAI attribute.
+MAX_VALUE_DEPTH = 32
 
 
 def looks_like(record: dict[str, Any]) -> bool:
@@ -44,17 +55,36 @@ def looks_like(record: dict[str, Any]) -> bool:
     return any(isinstance(k, str) and k.startswith("gen_ai.") for k in list(keys) + list(record))
 
 
-def _any_value(value: Any) -> Any:
+def _values(inner: Any, where: str) -> list[Any]:
+    """The `values` list of an OTLP arrayValue / kvlistValue."""
+    if inner is None:
+        return []
+    values = expect_object(inner, f"field '{where}'").get("values", [])
+    if not isinstance(values, list):
+        raise BadRecord("wrong type", f"field '{where}.values' must be a list, got {type_name(values)}")
+    return values
+
+
+def _any_value(value: Any, where: str, depth: int = 0) -> Any:
     """An OTLP AnyValue ({"stringValue": ...} etc.) as a plain value; plain values pass through."""
     if not isinstance(value, dict) or len(value) != 1:
         return value
+    if depth > MAX_VALUE_DEPTH:
+        raise BadRecord("too deep", f"field '{where}' nests values deeper than {MAX_VALUE_DEPTH} levels")
     kind, inner = next(iter(value.items()))
     if kind == "intValue":
-        return int(inner)
+        return _schema.integer(inner, f"field '{where}.intValue'", -(2**63), 2**64 - 1, text=True)
     if kind == "arrayValue":
-        return [_any_value(v) for v in (inner or {}).get("values", [])]
+        return [_any_value(v, f"{where}.arrayValue", depth + 1) for v in _values(inner, f"{where}.arrayValue")]
     if kind == "kvlistValue":
-        return {kv.get("key"): _any_value(kv.get("value")) for kv in (inner or {}).get("values", [])}
+        pairs = {}
+        for kv in _values(inner, f"{where}.kvlistValue"):
+            kv = expect_object(kv, f"field '{where}.kvlistValue.values[]'")
+            key = kv.get("key")
+            if not isinstance(key, str):
+                raise BadRecord("wrong type", f"field '{where}.kvlistValue.values[].key' must be a string")
+            pairs[key] = _any_value(kv.get("value"), f"{where}.kvlistValue", depth + 1)
+        return pairs
     if kind in ("stringValue", "doubleValue", "boolValue", "bytesValue"):
         return inner
     return value
@@ -68,10 +98,19 @@ def _attributes(span: dict[str, Any]) -> dict[str, Any]:
     elif isinstance(raw, list):
         for index, item in enumerate(raw):
             item = expect_object(item, f"field 'attributes[{index}]'")
-            found[item.get("key")] = _any_value(item.get("value"))
+            key = item.get("key")
+            if not isinstance(key, str):
+                raise BadRecord("wrong type", f"field 'attributes[{index}].key' must be a string, got {type_name(key)}")
+            found[key] = _any_value(item.get("value"), f"attributes[{index}].value")
     elif raw is not None:
         raise BadRecord("wrong type", f"field 'attributes' must be an object or a list, got {type_name(raw)}")
     return found
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise BadRecord("wrong type", f"field '{where}' must be a list, got {type_name(value)}")
+    return value
 
 
 def _spans(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -79,11 +118,13 @@ def _spans(record: dict[str, Any]) -> list[dict[str, Any]]:
     if "resourceSpans" not in record and "scopeSpans" not in record:
         return [record]
     spans = []
-    for resource in record.get("resourceSpans", [record]):
+    for resource in _list(record.get("resourceSpans", [record]), "resourceSpans"):
         resource = expect_object(resource, "field 'resourceSpans[]'")
-        for scope in resource.get("scopeSpans", resource.get("instrumentationLibrarySpans", [])):
+        scopes = resource.get("scopeSpans", resource.get("instrumentationLibrarySpans", []))
+        for scope in _list(scopes, "resourceSpans[].scopeSpans"):
             scope = expect_object(scope, "field 'scopeSpans[]'")
-            spans.extend(expect_object(span, "field 'spans[]'") for span in scope.get("spans", []))
+            spans.extend(expect_object(span, "field 'spans[]'")
+                         for span in _list(scope.get("spans", []), "scopeSpans[].spans"))
     return spans
 
 
@@ -115,10 +156,13 @@ def _parts_text(parts: Any, at: str) -> str:
                                 f"field '{at}[{index}].content' must be a string, got {type_name(content)}")
             texts.append(content)
         elif kind == "tool_call":
-            texts.append(render_tool_call(part.get("name"), part.get("arguments")))
+            texts.append(render_tool_call(part.get("name"), part.get("arguments"), f"{at}[{index}]"))
         elif kind == "tool_call_response":
             response = part.get("response")
-            texts.append(response if isinstance(response, str) else orjson.dumps(response).decode())
+            try:
+                texts.append(response if isinstance(response, str) else orjson.dumps(response).decode())
+            except orjson.JSONEncodeError as error:
+                raise BadRecord("wrong type", f"field '{at}[{index}].response' cannot be rendered ({error})") from None
     return "\n".join(texts)
 
 
@@ -141,7 +185,7 @@ def _indexed(attributes: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
     for key, value in attributes.items():
         if key.startswith(prefix):
             index, _, field = key[len(prefix):].partition(".")
-            if index.isdigit() and field in ("role", "content"):
+            if index.isdigit() and len(index) <= 6 and field in ("role", "content"):
                 found.setdefault(int(index), {})[field] = value
     return [found[i] for i in sorted(found)]
 
@@ -157,6 +201,8 @@ def _prompt(attributes: dict[str, Any]) -> tuple[Message, ...] | None:
         messages = _messages(legacy, "gen_ai.prompt")
     if "gen_ai.system_instructions" in attributes:
         instructions = attributes["gen_ai.system_instructions"]
+        if not isinstance(instructions, (str, list)):
+            raise BadRecord("wrong type", "attribute 'gen_ai.system_instructions' must be text or a list of parts")
         if isinstance(instructions, str) and instructions.lstrip().startswith("["):
             instructions = _json_list(instructions, "gen_ai.system_instructions")
         messages.insert(0, Message("system", _parts_text(instructions, "gen_ai.system_instructions")))
@@ -172,50 +218,34 @@ def _completion(attributes: dict[str, Any]) -> str | None:
     return _messages(legacy, "gen_ai.completion")[0].content if legacy else None
 
 
-def _float(attributes: dict[str, Any], key: str) -> float | None:
-    value = attributes.get(key)
-    if value is None:
-        return None
-    number = to_number(value)
-    if number is None:
-        raise BadRecord("wrong type", f"attribute '{key}' must be a number, got {type_name(value)}")
-    return float(number)
-
-
-def _first_int(attributes: dict[str, Any], *keys: str) -> int | None:
-    for key in keys:
-        value = get_int(attributes, key, where=f"attribute '{key}'")
-        if value is not None:
-            return value
-    return None
-
-
-def _span_time(span: dict[str, Any], *keys: str) -> float | None:
-    for key in keys:
-        if span.get(key) is not None:
-            seconds = epoch_seconds(span[key])
-            if seconds is None:
-                raise BadRecord("wrong type", f"field '{key}' must be epoch nanoseconds or ISO 8601 text")
-            return seconds
-    return None
+def _first(values: dict[str, Any], *keys: str) -> Any:
+    return next((values[key] for key in keys if key in values), None)
 
 
 def span_request(span: dict[str, Any], source: str) -> Request | None:
     """The request of one span; None for a span that is not a model call."""
     attributes = _attributes(span)
     operation = attributes.get("gen_ai.operation.name")
+    if operation is not None and not isinstance(operation, str):
+        raise BadRecord("wrong type", "attribute 'gen_ai.operation.name' must be a string")
     if not any(key.startswith("gen_ai.") for key in attributes) or (
         operation is not None and operation not in MODEL_CALL_OPERATIONS
     ):
         return None
+    numbers = ATTRIBUTES.check(attributes)
+    times = SPAN_TIMES.check(span)
     messages = _prompt(attributes)
-    prompt_tokens = _first_int(attributes, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
+    prompt_tokens = _first(numbers, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
     if messages is None and prompt_tokens is None:
         raise BadRecord("missing field", "expected 'gen_ai.input.messages' or 'gen_ai.usage.input_tokens'")
-    start = _span_time(span, "startTimeUnixNano", "start_time", "startTime")
-    end = _span_time(span, "endTimeUnixNano", "end_time", "endTime")
+    start = _first(times, "startTimeUnixNano", "start_time", "startTime")
+    end = _first(times, "endTimeUnixNano", "end_time", "endTime")
+    if start is not None and end is not None and not 0 <= end - start <= _schema.MAX_DURATION_S:
+        raise BadRecord("out of range", "the span's end must follow its start by at most a week")
     model = attributes.get("gen_ai.request.model", attributes.get("gen_ai.response.model"))
     conversation = attributes.get("gen_ai.conversation.id", attributes.get("session.id"))
+    if conversation is not None and not isinstance(conversation, (str, int)):
+        raise BadRecord("wrong type", "attribute 'gen_ai.conversation.id' must be a string")
     return Request(
         source=source,
         timestamp=start,
@@ -223,16 +253,15 @@ def span_request(span: dict[str, Any], source: str) -> Request | None:
         messages=messages,
         completion=_completion(attributes),
         prompt_tokens=prompt_tokens,
-        completion_tokens=_first_int(attributes, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
-        cached_tokens=_first_int(attributes, "gen_ai.usage.cache_read.input_tokens",
-                                 "gen_ai.usage.cache_read_input_tokens"),
+        completion_tokens=_first(numbers, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"),
+        cached_tokens=_first(numbers, "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens"),
         model=model if isinstance(model, str) else None,
         sampling=SamplingParams(
-            temperature=_float(attributes, "gen_ai.request.temperature"),
-            top_p=_float(attributes, "gen_ai.request.top_p"),
-            top_k=_first_int(attributes, "gen_ai.request.top_k"),
-            max_tokens=_first_int(attributes, "gen_ai.request.max_tokens"),
-            seed=_first_int(attributes, "gen_ai.request.seed"),
+            temperature=numbers.get("gen_ai.request.temperature"),
+            top_p=numbers.get("gen_ai.request.top_p"),
+            top_k=numbers.get("gen_ai.request.top_k"),
+            max_tokens=numbers.get("gen_ai.request.max_tokens"),
+            seed=numbers.get("gen_ai.request.seed"),
         ),
         latency_s=end - start if start is not None and end is not None else None,
     )
@@ -240,19 +269,21 @@ def span_request(span: dict[str, Any], source: str) -> Request | None:
 
 def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
     turns: dict[str, int] = {}
-    for line, record in iter_json_lines(source, sink):
-        try:
-            spans = _spans(expect_object(record, "the record"))
-            requests = [span_request(span, f"{source.name}:{line}") for span in spans]
-        except BadRecord as problem:
-            sink.bad(line, problem)
-            continue
-        found = [request for request in requests if request is not None]
-        for index, request in enumerate(found):
-            if len(found) > 1:
-                request = replace(request, source=f"{request.source}#{index}")
-            if request.conversation_id is not None:
-                turn = turns.get(request.conversation_id, 0)
-                turns[request.conversation_id] = turn + 1
-                request = replace(request, turn=turn)
-            yield request
+
+    def line_requests(line: int, record: Any) -> list[Request]:
+        spans = _spans(expect_object(record, "the record"))
+        found = [request for request in (span_request(span, f"{source.name}:{line}") for span in spans)
+                 if request is not None]
+        if not found:
+            raise BadRecord("no model call", "no span of the line is a GenAI model call (agent and tool spans "
+                                             "are not requests)")
+        if len(found) > 1:
+            found = [replace(request, source=f"{request.source}#{index}") for index, request in enumerate(found)]
+        return found
+
+    for request in _schema.convert_each(iter_json_lines(source, sink), line_requests, sink):
+        if request.conversation_id is not None:
+            turn = turns.get(request.conversation_id, 0)
+            turns[request.conversation_id] = turn + 1
+            request = replace(request, turn=turn)
+        yield request

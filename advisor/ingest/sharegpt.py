@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import orjson
 
 from advisor.errors import InputError
+from advisor.ingest import _schema
 from advisor.ingest._io import BadRecord, Sink, Source, expect_object, iter_json_lines, type_name
 from advisor.ingest._messages import content_text
 from advisor.record import Message, Request
@@ -95,8 +96,5 @@ def _records(source: Source, sink: Sink) -> Iterator[tuple[int, Any]]:
 
 
 def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
-    for position, record in _records(source, sink):
-        try:
-            yield from conversation_requests(record, position, source.name, sink)
-        except BadRecord as problem:
-            sink.bad(position, problem)
+    return _schema.convert_each(
+        _records(source, sink), lambda position, record: conversation_requests(record, position, source.name, sink), sink)

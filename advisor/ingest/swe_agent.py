@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import orjson
 
 from advisor.errors import InputError
+from advisor.ingest import _schema
 from advisor.ingest._io import BadRecord, Sink, Source, expect_object, type_name
 from advisor.ingest._messages import ROLE_ALIASES, content_text, with_tool_calls
 from advisor.record import Message, Request
@@ -51,15 +52,28 @@ def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
     sink.stats.turns += len(history)
     messages: list[Message] = []
     answered = 0
-    for position, item in enumerate(history, 1):
-        sink.stats.records_read += 1
-        try:
-            message = _message(item, f"history[{position - 1}]")
-        except BadRecord as problem:
-            sink.bad(position, problem)
-            continue
+
+    def items() -> Iterator[tuple[int, Any]]:
+        for position, item in enumerate(history, 1):
+            sink.stats.records_read += 1
+            yield position, item
+
+    def message_request(position: int, item: Any) -> list[Request]:
+        """The request of an assistant message (none for other roles, which only extend the history)."""
+        nonlocal answered
+        message = _message(item, f"history[{position - 1}]")
+        request = []
         if message.role == "assistant":
-            yield Request(source=f"{source.name}:{position}", conversation_id=conversation_id, turn=answered,
-                          messages=tuple(messages), completion=message.content)
+            if not messages:
+                raise BadRecord("malformed turn", f"history[{position - 1}] is an assistant message with no "
+                                                  f"message before it")
+            request = [Request(source=f"{source.name}:{position}", conversation_id=conversation_id,
+                               turn=answered, messages=tuple(messages), completion=message.content)]
             answered += 1
+        else:
+            sink.used(position)  # history of the requests that follow
         messages.append(message)
+        return request
+
+    for request in _schema.convert_each(items(), message_request, sink):
+        yield request

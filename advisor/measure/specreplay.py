@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from advisor import limits
 from advisor.errors import ConfigError
 from advisor.measure import ngram, suffix
 from advisor.measure.stats import json_float
@@ -156,14 +157,14 @@ def normalize_config(spec_config: dict) -> dict:
         for key, default in SUFFIX_DEFAULTS.items():
             config.setdefault(key, default)
         config.setdefault("num_speculative_tokens", config["suffix_decoding_max_tree_depth"])
-        _check_int(config, "suffix_decoding_max_tree_depth", 1)
-        _check_int(config, "suffix_decoding_max_cached_requests", 0)
-        if not isinstance(config["suffix_decoding_max_spec_factor"], (int, float)) or (
-            config["suffix_decoding_max_spec_factor"] < 0
-        ):
-            raise ConfigError("speculative config: suffix_decoding_max_spec_factor must be a number >= 0")
+        _check_int(config, "suffix_decoding_max_tree_depth", 1, limits.MAX_SUFFIX_TREE_DEPTH)
+        _check_int(config, "suffix_decoding_max_cached_requests", 0, limits.MAX_SUFFIX_CACHED_REQUESTS)
+        factor = config["suffix_decoding_max_spec_factor"]
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 <= factor <= limits.MAX_SUFFIX_SPEC_FACTOR:
+            raise ConfigError(f"speculative config: suffix_decoding_max_spec_factor must be a number in "
+                              f"[0, {limits.MAX_SUFFIX_SPEC_FACTOR:g}] (advise's limit, docs/input.md)")
         prob = config["suffix_decoding_min_token_prob"]
-        if not isinstance(prob, (int, float)) or not 0 <= prob <= 1:
+        if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not 0 <= prob <= 1:
             raise ConfigError("speculative config: suffix_decoding_min_token_prob must be in [0, 1]")
     else:
         low, high = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
@@ -171,8 +172,8 @@ def normalize_config(spec_config: dict) -> dict:
             low = high = NGRAM_DEFAULT_LOOKUP
         config["prompt_lookup_min"] = high if low is None else low
         config["prompt_lookup_max"] = low if high is None else high
-        _check_int(config, "prompt_lookup_min", 1)
-        _check_int(config, "prompt_lookup_max", 1)
+        _check_int(config, "prompt_lookup_min", 1, limits.MAX_PROMPT_LOOKUP)
+        _check_int(config, "prompt_lookup_max", 1, limits.MAX_PROMPT_LOOKUP)
         if config["prompt_lookup_min"] > config["prompt_lookup_max"]:
             raise ConfigError(
                 f"speculative config: prompt_lookup_min={config['prompt_lookup_min']} must be <= "
@@ -180,14 +181,19 @@ def normalize_config(spec_config: dict) -> dict:
             )
     if config.get("num_speculative_tokens") is None:
         raise ConfigError("speculative config: num_speculative_tokens is required for ngram")
-    _check_int(config, "num_speculative_tokens", 1)
+    _check_int(config, "num_speculative_tokens", 1, limits.MAX_SPECULATIVE_TOKENS)
     return config
 
 
-def _check_int(config: dict, key: str, minimum: int) -> None:
+def _check_int(config: dict, key: str, minimum: int, maximum: int) -> None:
+    """An integer option within [minimum, maximum]: vLLM's lower bound, advise's upper one (advisor/limits.py)."""
     value = config[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"speculative config: {key} must be an integer >= {minimum}, got {value!r}")
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:40]}..."
+        raise ConfigError(f"speculative config: {key} must be an integer >= {minimum}, got {shown}")
+    if value > maximum:
+        raise ConfigError(f"speculative config: {key}={value} is over advise's limit of {maximum} (beyond any "
+                          f"deployed configuration; docs/input.md, option limits)")
 
 
 def replay_config(

@@ -10,6 +10,7 @@ llama-models; every reserved token is numbered as in HF), so text containing the
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import importlib.util
 import os
@@ -138,8 +139,10 @@ def _package_file(package: str, relative: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def load_default() -> TiktokenTokenizer:
-    """Meta's Llama 3 tokenizer from `llama-models` with the Llama 3.1 Instruct template (see module doc)."""
+@functools.lru_cache(maxsize=1)
+def _default_encoding() -> tuple[tiktoken.Encoding, Path]:
+    """The Llama 3 encoding, built once per process: parsing its 128k BPE ranks takes ~1 s, and an Encoding
+    is immutable, so every profile in the process (the fuzz suite runs thousands) shares it."""
     path = _package_file("llama_models", "llama3/tokenizer.model")
     if path is None:
         raise TokenizerError(
@@ -150,7 +153,13 @@ def load_default() -> TiktokenTokenizer:
     if len(ranks) != LLAMA3_NUM_BASE_TOKENS:
         raise TokenizerError(f"{path}: expected {LLAMA3_NUM_BASE_TOKENS} BPE ranks, found {len(ranks)}")
     special = llama3_special_tokens()
-    encoding = tiktoken.Encoding(name="llama3", pat_str=LLAMA3_PATTERN, mergeable_ranks=ranks, special_tokens=special)
+    return tiktoken.Encoding(name="llama3", pat_str=LLAMA3_PATTERN, mergeable_ranks=ranks, special_tokens=special), path
+
+
+def load_default() -> TiktokenTokenizer:
+    """Meta's Llama 3 tokenizer from `llama-models` with the Llama 3.1 Instruct template (see module doc)."""
+    encoding, path = _default_encoding()
+    special = llama3_special_tokens()
     info = TokenizerInfo(
         name=DEFAULT_NAME,
         source=f"{path} (PyPI llama-models); chat template {_TEMPLATE_FILE.name}",

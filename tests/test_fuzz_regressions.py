@@ -1,0 +1,381 @@
+"""One regression case per crash class of issue 11 (a 10,000-case fuzz of the fixtures), each of which
+ended in a traceback, a wrong exit code or unbounded memory before the fix; plus the process-limit test.
+
+Every case runs the real CLI in-process and is checked by the fuzz suite's own invariants
+(tests/fuzzing.py: exit code in the README's table, no traceback, no warning, read = used + skipped, no
+prompt text), then for its specific outcome.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+import fuzzing
+from advisor.errors import EXIT_BAD_LINES, EXIT_INPUT, EXIT_OK, EXIT_USAGE
+
+GOOD = {"timestamp": "2025-03-04T09:00:00Z", "messages": [{"role": "user", "content": "Write the parser now"}],
+        "response": {"choices": [{"message": {"role": "assistant", "content": "Here is the parser you asked for"}}]},
+        "latency": 1.5}
+
+
+def _case(tmp_path: Path, name: str, data: bytes, *args: str, hostile_option: bool = False,
+          strict: bool = False) -> tuple[fuzzing.Outcome, dict | None]:
+    """Runs the profile on `data` written to `name`; asserts the fuzz invariants; returns the outcome and report."""
+    case = fuzzing.Case(seed=-1, fmt="regression", name=name, data=data, args=["--no-sweep", *args],
+                        hostile_option=hostile_option, strict=strict)
+    outcome = fuzzing.run(case, tmp_path)
+    assert fuzzing.check(case, outcome, tmp_path) == [], outcome.stderr
+    return outcome, orjson.loads(outcome.stdout) if outcome.code == EXIT_OK else None
+
+
+def _lines(*records: object) -> bytes:
+    return b"".join(json.dumps(record).encode() + b"\n" for record in records)
+
+
+def _skipped(report: dict) -> list[str]:
+    return [problem.split(": ", 1)[1] for problem in report["ingest"]["problems"]]
+
+
+# --- timestamps and durations ---------------------------------------------------------------------------
+
+def test_end_before_start_is_skipped_not_a_concurrency_valueerror(tmp_path):
+    bad = {**GOOD, "timestamp": 1741078800, "end_time": 1741078700}
+    del bad["latency"]
+    _, report = _case(tmp_path, "log.jsonl", _lines(GOOD, bad))
+    assert _skipped(report) == ["out of range: the end time must follow the start time by at most a week"]
+
+
+@pytest.mark.parametrize("when", ["9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+01:00", 1e300, -1e300,
+                                  "2025-03-04T09:00:00.1234567890123456789012345Z", "10000-01-01T00:00:00Z", 2**64])
+def test_far_times_are_skipped_not_overflow(tmp_path, when):
+    _, report = _case(tmp_path, "log.jsonl", _lines(GOOD, {**GOOD, "timestamp": when}))
+    assert report["ingest"]["records_skipped"] == 1 and report["ingest"]["records_used"] == 1
+
+
+def test_huge_csv_count_is_skipped_not_overflow_in_profile_nan(tmp_path):
+    data = f"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00.1,{'1' * 400},3\n2023-11-16 18:00:01.1,5,3\n"
+    _, report = _case(tmp_path, "trace.csv", data.encode())
+    assert _skipped(report) == ["out of range: column 'ContextTokens' has 400 digits"]
+
+
+@pytest.mark.parametrize("outputs", [[0], [0, 0, 0], [0, 5]])
+def test_zero_length_outputs_and_single_requests_give_a_finite_report(tmp_path, outputs):
+    rows = "".join(f"2023-11-16 18:00:0{i}.0,100,{n}\n" for i, n in enumerate(outputs))
+    _, report = _case(tmp_path, "trace.csv", ("TIMESTAMP,ContextTokens,GeneratedTokens\n" + rows).encode())
+    assert "recommendation" in report
+
+
+def test_open_loop_with_zero_length_requests_at_a_high_rate_is_finite():
+    """ZeroDivisionError in engine/cost.open_loop: a saturated server with zero-length outputs."""
+    import math
+
+    from advisor.engine.cost import CostModel
+    from advisor.hardware import resolve_gpu, resolve_model
+
+    model = CostModel(resolve_model("meta-llama/Llama-3.1-8B"), resolve_gpu("H200"), 1)
+    point = model.open_loop(1e6, 0, 0)
+    assert math.isfinite(point.tpot_ms) and point.saturated
+
+
+def test_csv_row_with_a_carriage_return_is_skipped(tmp_path):
+    data = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00.1,5,3\n2023-11-16 18:00:01.1,5\r9,3\n"
+    _, report = _case(tmp_path, "trace.csv", data.encode())
+    assert _skipped(report)[0].startswith("malformed CSV row")
+
+
+def test_identical_timestamps_and_one_second_of_traffic(tmp_path):
+    same = [{**GOOD, "latency": 0.0} for _ in range(4)]
+    _, report = _case(tmp_path, "log.jsonl", _lines(*same), "--no-replay")
+    assert report["ingest"]["records_used"] == 4
+    second = [{**GOOD, "timestamp": f"2025-03-04T09:00:00.{i}Z", "latency": 0.2} for i in range(10)]
+    _case(tmp_path, "log.jsonl", _lines(*second))
+
+
+# --- Mooncake / timed_trace hash ids -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("record", [
+    {"timestamp": 5, "input_length": 1000, "output_length": 3, "hash_ids": [-1, 2]},
+    {"timestamp": 5, "input_length": 1000, "output_length": 3, "hash_ids": [2**64 - 1]},
+    {"timestamp": 5, "input_length": 10**11, "output_length": 3, "hash_ids": [1]},
+    {"timestamp": 5, "input_length": 1000, "output_length": 10**11, "hash_ids": [1]},
+    {"timestamp": 5, "input_length": 1000, "output_length": 3, "hash_ids": list(range(5000))},
+])
+def test_hostile_hash_ids_and_lengths_are_skipped_before_the_apc_replay(tmp_path, record):
+    good = {"timestamp": 1, "input_length": 1000, "output_length": 3, "hash_ids": [1, 2]}
+    _, report = _case(tmp_path, "trace.jsonl", _lines(good, record))
+    assert report["ingest"]["records_skipped"] == 1 and _skipped(report)[0].startswith("out of range")
+
+
+# --- OpenTelemetry spans -------------------------------------------------------------------------------------
+
+def _span(attributes: list, **fields) -> dict:
+    return {"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "chat", "startTimeUnixNano": "1741078800783000064",
+                                                           "attributes": attributes, **fields}]}]}]}
+
+
+def _attr(key: str, value: dict) -> dict:
+    return {"key": key, "value": value}
+
+
+MESSAGES = _attr("gen_ai.input.messages", {"stringValue": json.dumps([{"role": "user", "parts": [
+    {"type": "text", "content": "Say hello to the nice people"}]}])})
+OPERATION = _attr("gen_ai.operation.name", {"stringValue": "chat"})
+
+
+@pytest.mark.parametrize("record", [
+    _span([OPERATION, MESSAGES, _attr("gen_ai.usage.input_tokens", {"intValue": [1]})]),  # _any_value int(list)
+    _span([OPERATION, MESSAGES, {"key": 5, "value": {"stringValue": "x"}}]),  # _attributes: a non-string key
+    _span([OPERATION, MESSAGES, _attr("x", {"arrayValue": 3})]),  # _any_value: arrayValue not an object
+    _span([OPERATION, MESSAGES, _attr("x", {"kvlistValue": {"values": [1]}})]),
+    _span([_attr("gen_ai.operation.name", {"arrayValue": {"values": [{"stringValue": "chat"}]}}), MESSAGES]),
+    _span([OPERATION, _attr("gen_ai.input.messages", {"stringValue": '[{"role": "user", "parts": 5}]'})]),
+    _span([OPERATION, MESSAGES], startTimeUnixNano="99999999999999999999999999"),
+    {"resourceSpans": 5},  # _spans: not a list
+    {"resourceSpans": [{"scopeSpans": [{"spans": "x"}]}]},
+])
+def test_malformed_otel_spans_are_skipped(tmp_path, record):
+    good = _span([OPERATION, MESSAGES])
+    _, report = _case(tmp_path, "spans.jsonl", _lines(good, record), "--no-replay")
+    assert report["ingest"]["records_skipped"] == 1
+
+
+def test_a_line_of_agent_spans_only_is_reported(tmp_path):
+    agent = _span([_attr("gen_ai.operation.name", {"stringValue": "invoke_agent"})])
+    _, report = _case(tmp_path, "spans.jsonl", _lines(_span([OPERATION, MESSAGES]), agent), "--no-replay")
+    assert _skipped(report)[0].startswith("no model call")
+
+
+# --- OpenAI records ----------------------------------------------------------------------------------------
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"response": {"choices": [{"message": {"role": "assistant", "content": "x", "tool_calls": [
+        {"function": {"name": "f", "arguments": _nested(300)}}]}}]}}, "wrong type"),  # render_tool_call
+    ({"response": {"choices": [{"message": {"role": "assistant", "content": "x", "tool_calls": [
+        {"function": {"name": {"n": 1}, "arguments": "{}"}}]}}]}}, "wrong type"),
+    ({"response": {"choices": [{"index": "a", "text": "x"}, {"index": 1, "text": "y"}]}}, "wrong type"),  # sort
+    ({"messages": []}, "empty conversation"),  # was exit 5 for the whole run
+    ({"usage": [1, 2]}, "wrong type"),  # malformed usage was accepted
+    ({"usage": {"prompt_tokens": -5, "completion_tokens": 3}}, "out of range"),
+    ({"usage": {"prompt_tokens": 5, "completion_tokens": 2.5}}, "wrong type"),
+    ({"usage": {"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 9}}}, "inconsistent usage"),
+    ({"prompt": [1, 2, -3], "messages": None}, "wrong type"),
+])
+def test_malformed_openai_records_are_skipped(tmp_path, change, reason):
+    bad = {key: value for key, value in {**GOOD, **change}.items() if value is not None}
+    _, report = _case(tmp_path, "log.jsonl", _lines(GOOD, bad), "--no-replay")
+    assert _skipped(report)[0].startswith(reason)
+
+
+def test_only_empty_conversations_exit_3_with_the_messages(tmp_path):
+    outcome, _ = _case(tmp_path, "log.jsonl", _lines({**GOOD, "messages": []}, {**GOOD, "messages": []}))
+    assert outcome.code == EXIT_INPUT
+    assert "log.jsonl:1: empty conversation" in outcome.stderr and "log.jsonl:2: empty conversation" in outcome.stderr
+
+
+# --- aider, SWE-agent, bench-custom --------------------------------------------------------------------------
+
+def test_aider_malformed_tokens_line_skips_its_reply(tmp_path):
+    text = ("# aider chat started at 2024-08-05 19:33:02\n\n#### make it faster now please  \n\nSure, done here.\n\n"
+            "> Tokens: 1.2.3k sent, 3 received.  \n\n#### and again please now  \n\nDone again for you.\n")
+    _, report = _case(tmp_path, "chat.md", text.encode(), "--no-replay")
+    assert _skipped(report) == ["wrong type: the Tokens line holds a count that is not a number"]
+
+
+def test_swe_agent_assistant_first_is_skipped_not_exit_5(tmp_path):
+    document = fuzzing._swe_agent_seed()
+    document["history"].insert(0, {"role": "assistant", "content": "I start talking before anyone asked"})
+    _, report = _case(tmp_path, "run.traj", orjson.dumps(document), "--no-replay")
+    assert _skipped(report)[0].startswith("malformed turn") and report["ingest"]["records_used"] == 5
+
+
+@pytest.mark.parametrize("tokens", [-1, 2**40, 1.5, "12"])
+def test_bench_custom_bad_output_tokens(tmp_path, tokens):
+    records = [{"prompt": "Summarise this short text now", "output_tokens": 10},
+               {"prompt": "Summarise this other text now", "output_tokens": tokens}]
+    _, report = _case(tmp_path, "bench.jsonl", _lines(*records), "--no-replay", "--format", "bench-custom")
+    assert report["ingest"]["records_skipped"] == 1
+
+
+# --- whole-file failures ------------------------------------------------------------------------------------
+
+def test_truncated_gzip_keeps_the_records_before_the_break(tmp_path):
+    packed = gzip.compress(_lines(*[{**GOOD, "latency": i / 7} for i in range(400)]), mtime=0)  # not too compressible
+    _, report = _case(tmp_path, "log.jsonl.gz", packed[: len(packed) * 3 // 4], "--no-replay")
+    assert 0 < report["ingest"]["records_used"] < 400
+    assert "truncated .gz" in report["ingest"]["notes"][0] and "records before the break are used" in report["ingest"]["notes"][0]
+
+
+@pytest.mark.parametrize("cut", [5, 12])
+def test_gzip_cut_before_any_record_is_one_clear_error(tmp_path, cut):
+    outcome, _ = _case(tmp_path, "log.jsonl.gz", gzip.compress(_lines(GOOD), mtime=0)[:cut])
+    assert outcome.code == EXIT_INPUT and "log.jsonl.gz" in outcome.stderr and "before any record" in outcome.stderr
+
+
+def test_corrupt_gzip_is_one_clear_error(tmp_path):
+    packed = bytearray(gzip.compress(_lines(*[GOOD] * 50), mtime=0))
+    packed[20:24] = b"\xff\x00\xff\x00"
+    outcome, _ = _case(tmp_path, "log.jsonl.gz", bytes(packed))
+    assert outcome.code == EXIT_INPUT and "corrupt" in outcome.stderr
+
+
+@pytest.mark.parametrize("header", ["TIMESTAMP,Con\rtextTokens,GeneratedTokens", '"TIMESTAMP,ContextTokens,GeneratedTokens'])
+def test_broken_csv_header_is_one_clear_error(tmp_path, header):
+    outcome, _ = _case(tmp_path, "trace.csv", f"{header}\n2023-11-16 18:00:00.1,5,3\n".encode(), "--format", "azure")
+    assert outcome.code == EXIT_INPUT and "trace.csv:1" in outcome.stderr
+
+
+def test_report_dumps_writes_integers_orjson_refuses():
+    """report.dumps raised TypeError on a value orjson cannot write (an integer beyond 64 bits)."""
+    from advisor.report import _plain
+
+    document = {"options": {"speculative_config": {"draft_tensor_parallel_size": 2**70}}, "rows": [(2**65, 1)]}
+    assert orjson.loads(orjson.dumps(_plain(document))) == {
+        "options": {"speculative_config": {"draft_tensor_parallel_size": 2.0**70}}, "rows": [[2.0**65, 1]]}
+
+
+def test_long_first_line_is_detected(tmp_path):
+    first = {**GOOD, "messages": [{"role": "user", "content": "word " * 20_000}]}  # ~100 KB, over the 64 KiB sniff
+    _, report = _case(tmp_path, "log.jsonl", _lines(first, GOOD), "--no-replay")
+    assert report["inputs"][0]["format"] == "openai" and report["ingest"]["records_used"] == 2
+
+
+def test_strict_still_stops_at_the_first_bad_record(tmp_path):
+    outcome, _ = _case(tmp_path, "log.jsonl", _lines(GOOD, {**GOOD, "messages": []}), "--strict", strict=True)
+    assert outcome.code == EXIT_BAD_LINES and "log.jsonl:2: empty conversation" in outcome.stderr
+
+
+# --- options -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("config, limit", [
+    ({"method": "ngram", "num_speculative_tokens": 2**31, "prompt_lookup_max": 4}, "num_speculative_tokens"),
+    ({"method": "ngram", "num_speculative_tokens": 10**9, "prompt_lookup_max": 4}, "num_speculative_tokens"),
+    ({"method": "ngram", "num_speculative_tokens": 2**63, "prompt_lookup_max": 4}, "num_speculative_tokens"),
+    ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 2**62}, "prompt_lookup"),
+    ({"method": "suffix", "num_speculative_tokens": 8, "suffix_decoding_max_tree_depth": 10**9},
+     "suffix_decoding_max_tree_depth"),
+])
+def test_speculative_config_beyond_the_limits_is_exit_2_naming_it(tmp_path, config, limit):
+    outcome, _ = _case(tmp_path, "log.jsonl", _lines(GOOD), "--speculative-config", json.dumps(config),
+                       hostile_option=True)
+    assert outcome.code == EXIT_USAGE and limit in outcome.stderr and "limit" in outcome.stderr
+
+
+@pytest.mark.parametrize("args", [["--tp", "0"], ["--tp", "5000"], ["--max-num-seqs", str(2**63)],
+                                  ["--block-size", str(2**40)], ["--request-rate", "nan"], ["--request-rate", "inf"]])
+def test_profile_options_beyond_the_limits_are_exit_2(tmp_path, args):
+    outcome, _ = _case(tmp_path, "log.jsonl", _lines(GOOD), *args, hostile_option=True)
+    assert outcome.code == EXIT_USAGE and args[0] in outcome.stderr
+
+
+@pytest.mark.parametrize("args", [["--tp", "0"], ["--k", str(2**31)], ["--concurrency", "0,8"],
+                                  ["--concurrency", "9" * 30], ["--acceptance-length", "nan"]])
+def test_whatif_options_beyond_the_limits_are_exit_2(args):
+    from click.testing import CliRunner
+
+    from advisor.cli import cli
+
+    base = {"--model": "meta-llama/Llama-3.1-8B", "--gpu": "H200", "--k": "4", "--acceptance-length": "3.0"}
+    base.update(dict([args]))
+    result = CliRunner().invoke(cli, ["whatif", *[part for pair in base.items() for part in pair]])
+    assert result.exit_code == EXIT_USAGE and result.exception is None or isinstance(result.exception, SystemExit)
+    assert args[0] in result.stderr
+
+
+# --- lint ----------------------------------------------------------------------------------------------------
+
+def _lint(path: Path, *args: str) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from advisor.cli import cli
+
+    result = CliRunner().invoke(cli, ["lint", str(path), *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output + result.stderr
+    return result.exit_code, result.stdout + result.stderr
+
+
+def _billion_laughs() -> str:
+    text = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    for level in range(1, 10):
+        name, previous = chr(97 + level), chr(96 + level)
+        text += f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]\n"
+    return text
+
+
+@pytest.mark.parametrize("name, text, expected", [
+    ("deploy.sh", 'vllm serve m --speculative-config \'{"method": {"a": 1}, "num_speculative_tokens": 3}\'\n',
+     "must be a string"),
+    ("deploy.sh", 'vllm serve m --speculative-config \'{"method": "draft_model", "model": 7, '
+                  '"num_speculative_tokens": 3}\'\n', "must be a string"),
+    ("deploy.sh", "vllm serve m --speculative-config '" + "[" * 5000 + "]" * 5000 + "'\n", "nests too deep"),
+    ("config.yaml", "a: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper"),
+    ("config.yaml", _billion_laughs(), "alias expansion limit"),
+])
+def test_hostile_lint_inputs_are_findings(tmp_path, name, text, expected):
+    path = tmp_path / name
+    path.write_text(text)
+    code, output = _lint(path)
+    assert code == 1 and expected in output
+
+
+def test_huge_lint_input_is_refused(tmp_path):
+    path = tmp_path / "deploy.sh"
+    path.write_text("vllm serve m " + "x " * 10_000_000 + "\n")
+    code, output = _lint(path)
+    assert code == EXIT_INPUT and "lint limit" in output
+
+
+@pytest.mark.parametrize("report", ["[1, 2]", '{"lengths": 5}', '{"lengths": {"total": {"p99_9": "x"}}}',
+                                    "[" * 100_000 + "]" * 100_000])
+def test_malformed_lint_report_is_exit_3(tmp_path, report):
+    (tmp_path / "deploy.sh").write_text("vllm serve meta-llama/Llama-3.1-8B\n")
+    (tmp_path / "report.json").write_text(report)
+    code, output = _lint(tmp_path / "deploy.sh", "--report", str(tmp_path / "report.json"))
+    assert code == EXIT_INPUT and "report.json" in output
+
+
+# --- bounded memory and time under a process limit ------------------------------------------------------------
+
+MEMORY_LIMIT = 3 * 2**30
+
+
+def _limited(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+    command = [sys.executable, "-c", "from advisor.cli import main; main()", *args]
+    return subprocess.run(command, cwd=cwd, preexec_fn=limit, capture_output=True, text=True, timeout=300)
+
+
+def test_hostile_inputs_and_options_stay_within_a_memory_limit(tmp_path):
+    """Under RLIMIT_AS = 3 GiB: the inputs that needed 6-23 GB before end in a clear exit, never MemoryError."""
+    (tmp_path / "huge.jsonl").write_bytes(_lines(
+        {"timestamp": 1, "input_length": 10**11, "output_length": 3, "hash_ids": [1]},
+        {"timestamp": 2, "input_length": 1000, "output_length": 3, "hash_ids": [2**62]},
+        {"timestamp": 3, "input_length": 1000, "output_length": 3, "hash_ids": [1, 2]}))
+    (tmp_path / "record.jsonl").write_bytes(_lines({"prompt": "word " * (10 * 2**20), "completion": "ok"}, GOOD))
+    (tmp_path / "laughs.yaml").write_text(_billion_laughs())
+    runs = {
+        "huge.jsonl": ["huge.jsonl", "--json"],
+        "50 MB record": ["record.jsonl", "--json", "--no-sweep"],
+        "k = 2^31": ["record.jsonl", "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2147483648}'],
+        "billion laughs": ["lint", "laughs.yaml"],
+    }
+    for name, args in runs.items():
+        result = _limited(*args, cwd=tmp_path)
+        assert result.returncode in (0, 1, 2, 3), (name, result.stderr[-2000:])
+        assert "MemoryError" not in result.stderr and "Traceback" not in result.stderr, (name, result.stderr[-2000:])
