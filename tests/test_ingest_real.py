@@ -68,7 +68,10 @@ def test_sharegpt_one_request_per_answerable_assistant_turn(real_file):
                 else:
                     empty += 1
     assert len(requests) == expected == 10085 and leading > 1000 and empty == 0
-    assert stats.skipped == 0 and stats.problems == [] and stats.records_read == 3000
+    # Conversations with nothing to send (empty, or a system turn only) are reported, not silently dropped
+    # (issue 11: every record is used or reported with its file:line).
+    assert stats.skipped_by_reason == {"no request": 51} and stats.records_read == 3000
+    assert stats.records_used + stats.records_skipped == stats.records_read
     assert (stats.conversations, stats.turns, stats.requests) == (3000, turns, expected)
     first = conversations[0]["conversations"]
     assert requests[0].messages[-1].content == first[0]["value"] and requests[0].completion == first[1]["value"]

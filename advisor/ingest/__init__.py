@@ -138,9 +138,15 @@ def _detect_open(source: Source) -> str:
     raise _unknown(source, f"first record has keys {', '.join(sorted(record)[:12])}")
 
 
-def _line(request_source: str, file_name: str) -> int:
-    """The record line of a request's source "file:line" or "file:line#i" (the convention of `Request`)."""
-    return int(request_source[len(file_name) + 1:].split("#", 1)[0])
+def _count_used(sink: Sink, request_source: str) -> None:
+    """Counts the record of a request's source "file:line" or "file:line#i" (the convention of `Request`) as
+    used by `sink`'s file; a request whose source names another file (an OpenAI batch's requests file, read
+    beside its outputs file) is that file's record, not counted here."""
+    if not request_source.startswith(sink.name + ":"):
+        return
+    line = request_source[len(sink.name) + 1:].split("#", 1)[0]
+    if line.isdigit():
+        sink.used(int(line))
 
 
 def detect_format(path: str) -> str:
@@ -196,7 +202,7 @@ def _read_one(name: str, source: Source, stats: IngestStats, strict: bool, hash_
     for request in READERS[name](source, sink, hash_block_size):
         yielded += 1
         stats.requests += 1
-        sink.used(_line(request.source, source.name))
+        _count_used(sink, request.source)
         yield request
     if yielded == 0:
         raise _nothing(source.name, name, sink.bad_records, stats.problems[first_problem:first_problem + MAX_SHOWN])
@@ -210,7 +216,7 @@ def _read_group(name: str, group: list[tuple[str, Source]], stats: IngestStats, 
     for index, request in GROUP_READERS[name]([source for _, source in group], sinks):
         yielded += 1
         stats.requests += 1
-        sinks[index].used(_line(request.source, sinks[index].name))
+        _count_used(sinks[index], request.source)
         yield request
     if yielded == 0:
         names = ", ".join(source.name for _, source in group)
