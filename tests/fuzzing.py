@@ -21,6 +21,7 @@ import copy
 import gzip
 import json
 import random
+import re
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -100,6 +101,8 @@ class _Seeds:
     sharegpt: list[Any]
     azure_rows: list[str]
     bench_custom: list[Any]
+    vllm_log: list[str]
+    batch: list[Any]
 
 
 _SEEDS: _Seeds | None = None
@@ -119,6 +122,8 @@ def seeds() -> _Seeds:
             sharegpt=orjson.loads((FIXTURES / "chat_sharegpt.json").read_bytes())[:20],
             azure_rows=(FIXTURES / "azure_trace.csv").read_text().splitlines()[1:80],
             bench_custom=[{"prompt": p, "output_tokens": 20 + 7 * i} for i, p in enumerate(prompts)],
+            vllm_log=(FIXTURES / "vllm_server.log").read_text().splitlines(),
+            batch=_jsonl_seeds("vllm_batch_requests.jsonl", "vllm_batch_outputs.jsonl"),
         )
     return _SEEDS
 
@@ -283,7 +288,12 @@ def _gzip(data: bytes, rng: random.Random, log: list[str]) -> bytes:
 
 # --- a case ---------------------------------------------------------------------------------------------------
 
-FORMAT_NAMES = ("openai", "bench-custom", "sharegpt", "mooncake", "azure", "burstgpt", "swe-agent", "otel", "aider")
+FORMAT_NAMES = ("openai", "bench-custom", "sharegpt", "mooncake", "azure", "burstgpt", "swe-agent", "otel", "aider",
+                "openai-batch")
+# vllm-log's strategy (`case(seed, "vllm-log")`) finds no traceback, but its reader counts every log line
+# as a record while a request joins several lines: its accounting is not per record yet, so it is not in
+# the default mix (tests/test_fuzz.py lists it as the one format not fuzzed by default).
+EXTRA_FORMATS = ("vllm-log",)
 
 HOSTILE_OPTIONS: list[list[str]] = [
     ["--tp", "0"], ["--tp", str(2**31)], ["--tp", "-3"], ["--tp", "1000000"], ["--max-num-seqs", str(2**63)],
@@ -386,6 +396,39 @@ def _aider(rng: random.Random, log: list[str]) -> bytes:
     return "\n".join(_plant_text(line) for line in lines).encode()
 
 
+VLLM_LOG_NOISE = [
+    "Received request x: params: SamplingParams(n=1, temperature=1e400, max_tokens=99999999999999999999)",
+    "prompt_token_ids: [" + ",".join(["99999999999999999999"] * 3) + "]", "output_token_ids: [1, 2, -5]",
+    "Generated response chatcmpl-x: output: 'unterminated", "non-default args: {'max_log_len': -1}",
+    "non-default args: {'max_log_len': 99999999999999999999}", "finish_reason: None\x00", "",
+]
+
+
+def _vllm_log(rng: random.Random, log: list[str]) -> bytes:
+    lines = seeds().vllm_log
+    start = rng.randrange(len(lines))
+    chosen = lines[start:start + rng.choice([10, 40, 120])]
+    if rng.random() < 0.5:  # the startup lines carry --max-log-len and the year
+        chosen = lines[:5] + chosen
+    for _ in range(rng.choice([0, 1, 2, 3])):
+        index = rng.randrange(len(chosen))
+        roll = rng.random()
+        if roll < 0.4:
+            chosen[index] = chosen[index][: rng.randrange(len(chosen[index]) + 1)]
+            log.append(f"cut line {index}")
+        elif roll < 0.7:
+            prefix = chosen[index].split("] ", 1)[0] + "] "
+            chosen[index] = prefix + rng.choice(VLLM_LOG_NOISE)
+            log.append(f"noise line {index}")
+        else:
+            chosen[index] = re.sub(r"\d+", lambda m: rng.choice(["0", "-1", "99999999999999999999", m.group()]),
+                                   chosen[index], count=3)
+            log.append(f"numbers line {index}")
+    planted = [line.replace("prompt: '", f"prompt: '{CANARY} ").replace("output: '", f"output: '{CANARY} ")
+               for line in chosen]
+    return ("\n".join(planted) + "\n").encode()
+
+
 def _plant_text(line: str) -> str:
     """Aider's replies and inputs are text lines: the canary goes into every line of words."""
     if line.startswith(("# aider", "> Tokens")) or line.count(" ") < 3:
@@ -422,6 +465,10 @@ def case(seed: int, fmt: str | None = None) -> Case:
             data = _lines(records)
     elif fmt in ("azure", "burstgpt"):
         ext, data = ".csv", _csv(rng, fmt, log)
+    elif fmt == "vllm-log":
+        ext, data = ".log", _vllm_log(rng, log)
+    elif fmt == "openai-batch":
+        data = _lines(_mutate_records([_plant(r) for r in _pick(rng, s.batch)], rng, log))
     elif fmt == "swe-agent":
         document = _plant(_swe_agent_seed())
         for _ in range(rng.choice([0, 1, 2, 3])):
