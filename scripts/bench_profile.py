@@ -1,81 +1,133 @@
-"""Throughput of the profile against pure tokenization of the same log, measured in one run.
+"""`advise` end to end against the floor any tool must pay, measured in the same run, with peak RSS.
 
-The baseline renders every request (chat template) and encodes prompts and completions in whole with the
-same tokenizer, in batches, without the piece cache: what any tool must pay to count tokens. The profile
-is then run end to end on the same log (ingest, tokenize with the cache, all measurements; with
---replay also the ngram/suffix replays and the sweep). Figures are tokens per second and the ratio
-profile / baseline, so they compare across machines.
+The floor: the same tokenizer encoding each DISTINCT piece of text of the log once, a piece being what
+advise's per-piece cache looks up (the rendered chat prompt cut at special tokens, each completion). The
+log is read and the pieces collected first, untimed (only a 16-byte digest per distinct piece is kept, so
+the floor's own memory stays small on big logs); then only the encoding is timed. Multi-turn logs repeat
+earlier turns in every request, so this floor is far below encoding every prompt in whole.
+
+Then `advise` runs end to end as a child process (CLI, engine included, JSON report to a temporary file):
+the default run and `--no-replay`, and with --workers N also the default run on N worker processes. For
+each: wall seconds, ratio floor / advise (1.0 = as fast as the tokenizer alone on distinct text; higher is
+impossible), and the child's peak RSS (os.wait4). Check `uptime` first: the ratio compares two runs on the
+same machine, so a load change between them moves it.
 
     python scripts/bench_profile.py ../shared/data/sharegpt_v3_subset.json
-    python scripts/bench_profile.py ../shared/data/sharegpt_v3_subset.json --replay
+    python scripts/bench_profile.py /tmp/big.jsonl --workers 2      # scripts/make_big_log.py makes it
 """
 from __future__ import annotations
 
 import argparse
-import resource
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
 import time
+from dataclasses import dataclass
 
 from advisor.ingest import read_requests
-from advisor.profile import ProfileOptions, build_profile
 from advisor.tokenize import load_tokenizer
 
-BATCH = 256
+ENCODE_BATCH = 4096  # pieces per timed encode call
+RUNS = {"default": [], "no-replay": ["--no-replay"]}
 
 
-def tokenization_baseline(path: str, tokenizer_spec: str | None) -> tuple[int, float]:
-    """(tokens, seconds) to read the log and encode every prompt and completion in whole."""
+@dataclass(frozen=True)
+class Floor:
+    pieces: int  # distinct text pieces
+    tokens: int
+    encode_s: float  # the floor: encoding the distinct pieces once
+    read_s: float  # reading the log and splitting it into pieces (untimed in the floor, shown apart)
+
+
+def tokenization_floor(paths: list[str], tokenizer_spec: str | None) -> Floor:
+    """Encodes every distinct piece of text of the logs once with the tokenizer advise uses."""
     tokenizer = load_tokenizer(tokenizer_spec)
-    start = time.perf_counter()
+    seen: set[bytes] = set()
+    pending: list[str] = []
     tokens = 0
-    prompts: list[str] = []
-    outputs: list[str] = []
-
-    def flush() -> int:
-        count = sum(len(ids) for ids in tokenizer.encode_texts(prompts, special=True))
-        count += sum(len(ids) for ids in tokenizer.encode_texts(outputs, special=True))
-        prompts.clear()
-        outputs.clear()
-        return count
-
-    for request in read_requests([path]):
-        if request.messages is not None:
-            prompts.append(tokenizer.render_chat(request.messages))
-        elif request.prompt is not None:
-            prompts.append(request.prompt)
-        if request.completion:
-            outputs.append(request.completion)
-        if len(prompts) >= BATCH:
-            tokens += flush()
-    tokens += flush()
-    return tokens, time.perf_counter() - start
-
-
-def profile_run(path: str, tokenizer_spec: str | None, replay: bool) -> tuple[float, dict]:
-    """(seconds, report) of the full profile (measure only: the engine is not the subject)."""
-    options = ProfileOptions(paths=(path,), tokenizer=tokenizer_spec, recommend=False, replay=replay, sweep=replay)
+    encode_s = 0.0
     start = time.perf_counter()
-    report = build_profile(options).report
-    return time.perf_counter() - start, report
+
+    def add(text: str | None) -> None:
+        if not text:
+            return
+        pieces = tokenizer.split_special(text) if tokenizer.split_invariant else [text]
+        for piece in pieces:
+            if isinstance(piece, str) and piece:
+                digest = hashlib.blake2b(piece.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                if digest not in seen:
+                    seen.add(digest)
+                    pending.append(piece)
+
+    def flush() -> None:
+        nonlocal tokens, encode_s
+        began = time.perf_counter()
+        if tokenizer.split_invariant:
+            encoded = tokenizer.encode_ordinary(pending)
+        else:
+            encoded = tokenizer.encode_texts(pending, special=True)
+        encode_s += time.perf_counter() - began
+        tokens += sum(map(len, encoded))
+        pending.clear()
+
+    for request in read_requests(paths):
+        if request.messages is not None:
+            add(tokenizer.render_chat(request.messages))
+        else:
+            add(request.prompt)
+        add(request.completion)
+        if len(pending) >= ENCODE_BATCH:
+            flush()
+    flush()
+    return Floor(len(seen), tokens, encode_s, time.perf_counter() - start - encode_s)
 
 
-def main(default_replay: bool = False) -> None:
+def run_advise(paths: list[str], extra: list[str], tokenizer_spec: str | None) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MiB) of `advise` end to end in a child process."""
+    with tempfile.TemporaryDirectory() as scratch:
+        command = [sys.executable, "-c", "from advisor.cli import main; main()", "profile", *paths, "--no-progress",
+                   "-o", os.path.join(scratch, "report.json"), *extra]
+        if tokenizer_spec:
+            command += ["--tokenizer", tokenizer_spec]
+        start = time.perf_counter()
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        _, status, usage = os.wait4(child.pid, 0)
+        elapsed = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"advise {' '.join(extra)} failed with exit code {os.waitstatus_to_exitcode(status)}")
+    return elapsed, usage.ru_maxrss / 1024
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("log")
+    parser.add_argument("logs", nargs="+")
     parser.add_argument("--tokenizer", default=None, help="as advise --tokenizer (default: the built-in default)")
-    parser.add_argument("--replay", action="store_true", default=default_replay, help="include replays and the sweep")
+    parser.add_argument("--runs", default=",".join(RUNS), help=f"which advise runs, of {', '.join(RUNS)}")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="also run the default profile on this many worker processes (advise --workers)")
     args = parser.parse_args()
+    runs = {name: RUNS[name] for name in args.runs.split(",")}
+    if args.workers:
+        runs = {name: [*extra, "--workers", "1"] for name, extra in runs.items()}
+        runs[f"default, {args.workers} workers"] = ["--workers", str(args.workers)]
 
-    base_tokens, base_s = tokenization_baseline(args.log, args.tokenizer)
-    prof_s, report = profile_run(args.log, args.tokenizer, args.replay)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    base_tps = base_tokens / base_s
-    prof_tps = base_tokens / prof_s  # the same log, so the same tokens
-    print(f"log: {args.log} ({report.ingest.requests:,} requests)")
-    print(f"tokenization baseline: {base_tokens:,} tokens in {base_s:.2f} s = {base_tps:,.0f} tokens/s")
-    label = "profile + replays + sweep" if args.replay else "profile (no replays)"
-    print(f"{label}: the same tokens in {prof_s:.2f} s = {prof_tps:,.0f} tokens/s")
-    print(f"ratio profile / tokenization: {prof_tps / base_tps:.2f}")
-    print(f"peak RSS: {peak_mb:,.0f} MB")
+    print(f"load before: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores")
+    floor = tokenization_floor(args.logs, args.tokenizer)
+    print(f"logs: {' '.join(args.logs)}")
+    print(f"floor: {floor.pieces:,} distinct pieces, {floor.tokens:,} tokens encoded once in {floor.encode_s:.2f} s"
+          f" = {floor.tokens / floor.encode_s:,.0f} tokens/s (reading and splitting apart: {floor.read_s:.2f} s)")
+    timings: dict[str, float] = {}
+    for name, extra in runs.items():
+        seconds, peak_mib = run_advise(args.logs, extra, args.tokenizer)
+        timings[name] = seconds
+        print(f"advise {name}: {seconds:.2f} s, ratio floor / advise {floor.encode_s / seconds:.3f},"
+              f" peak RSS {peak_mib:,.0f} MiB")
+    if args.workers:
+        one, many = timings["default"], timings[f"default, {args.workers} workers"]
+        print(f"speed-up with {args.workers} workers: {one / many:.2f}x")
+    print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
 
 
 if __name__ == "__main__":
