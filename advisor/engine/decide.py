@@ -441,6 +441,7 @@ SEGMENT_FEATURES = ("input_len", "output_len", "prompt_overlap_4", "prefix_hit_r
 MIN_SEGMENT_REQUESTS = 40
 MIN_SEGMENT_SHARE = 0.05
 MIN_SILHOUETTE = 0.35
+SEGMENT_FIT_SAMPLE = 10_000  # requests the KMeans fit sees at most (seeded sample)
 LOOKUP_OVERLAP = 0.3  # mean output 4-gram overlap from which lookup speculation is worth replaying
 NO_LOOKUP_OVERLAP = 0.1
 
@@ -473,11 +474,15 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
     scaled = (scaled - scaled.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
     rng = np.random.default_rng(seed)
     sample = rng.choice(len(scaled), size=min(len(scaled), 2000), replace=False)
+    # Big logs: fit on a seeded sample, then label every request (cost independent of the log's size).
+    fit_rows = scaled
+    if len(scaled) > SEGMENT_FIT_SAMPLE:
+        fit_rows = scaled[np.sort(np.random.default_rng(seed).choice(len(scaled), SEGMENT_FIT_SAMPLE, replace=False))]
     best: tuple[float, np.ndarray] | None = None
-    distinct = len(np.unique(scaled, axis=0))  # KMeans warns (ConvergenceWarning) for more clusters than points
+    distinct = len(np.unique(fit_rows, axis=0))  # KMeans warns (ConvergenceWarning) for more clusters than points
     for clusters in (k for k in (2, 3, 4) if k <= distinct):
-        model = KMeans(n_clusters=clusters, n_init=4, random_state=seed).fit(scaled)
-        labels = model.labels_
+        model = KMeans(n_clusters=clusters, n_init=4, random_state=seed).fit(fit_rows)
+        labels = model.labels_ if fit_rows is scaled else model.predict(scaled)
         shares = np.bincount(labels, minlength=clusters) / len(labels)
         if shares.min() < MIN_SEGMENT_SHARE:
             continue

@@ -6,9 +6,10 @@ copies from its context can be drafted from that context. The exact proposer rep
 
 N-grams are compared exactly, without hashing and without sorting the (long) prompt: the output's
 distinct n-grams are numbered level by level (an n-gram's key is the pair (number of its first n-1 tokens,
-number of its last token)). A compiled walk from each prompt or context position looks its tokens up in
-the output's sorted keys by binary search and stops at the first n-gram the output does not have. Cost
-O((P + M) log O) for a prompt of P tokens, M matched extensions, an output of O.
+number of its last token)). A compiled walk from each prompt or context position numbers its tokens
+through a dense token table, looks the n-gram keys up in the output's sorted keys by binary search, and
+stops at the first n-gram the output does not have. Cost O(P + M log O) for a prompt of P tokens, M matched
+extensions, an output of O.
 """
 from __future__ import annotations
 
@@ -54,18 +55,26 @@ def _search(keys: np.ndarray, start: int, stop: int, key: int) -> int:
 
 
 @njit(cache=True)
-def _mark_found(pool: np.ndarray, bounds: np.ndarray, vocabulary: np.ndarray, level_keys: np.ndarray,
+def _lookup(table: np.ndarray, token: int) -> int:
+    """The output-vocabulary number of `token`, or -1 (tokens beyond the table are not in the output)."""
+    if token < 0 or token >= table.size:
+        return -1
+    return table[token]
+
+
+@njit(cache=True)
+def _mark_found(pool: np.ndarray, bounds: np.ndarray, table: np.ndarray, level_keys: np.ndarray,
                 level_offsets: np.ndarray, base: int, max_n: int, found: np.ndarray) -> None:
     """Marks found[level_offsets[n-1] + j] for every output n-gram number j that occurs in a pool segment.
 
     From each pool position, follow n = 1, 2, ... while the n-gram is one of the output's (its (n-1)-prefix
-    must be, so the walk stops at the first miss); segments [bounds[s], bounds[s+1]) never join.
+    must be, so the walk stops at the first miss); segments [bounds[s], bounds[s+1]) never join. Single
+    tokens are numbered through `table` (token id -> number), one load per pool position.
     """
-    vocab_size = vocabulary.size
     for segment in range(bounds.size - 1):
         end = bounds[segment + 1]
         for start in range(bounds[segment], end):
-            number = _search(vocabulary, 0, vocab_size, pool[start])
+            number = _lookup(table, pool[start])
             if number < 0:
                 continue
             found[number] = True
@@ -73,7 +82,7 @@ def _mark_found(pool: np.ndarray, bounds: np.ndarray, vocabulary: np.ndarray, le
                 position = start + n - 1
                 if position >= end:
                     break
-                last = _search(vocabulary, 0, vocab_size, pool[position])
+                last = _lookup(table, pool[position])
                 if last < 0:
                     break
                 number = _search(level_keys, level_offsets[n - 1], level_offsets[n], number * base + last)
@@ -91,6 +100,10 @@ def _count(output: np.ndarray, pools: np.ndarray, bounds: np.ndarray, max_n: int
     """
     vocabulary = np.unique(output)
     base = vocabulary.size + 1
+    # Dense token -> number table for the pool walk (vocabulary-sized, far below a log's prompt tokens).
+    table = np.full(vocabulary[-1] + 1 if vocabulary.size else 0, -1, dtype=np.int32)
+    for number in range(vocabulary.size):
+        table[vocabulary[number]] = number
     size = output.size
     numbers = np.full((max_n, size), -1, dtype=np.int64)  # numbers[n-1, i]: the n-gram at i, numbered
     offsets = np.zeros(max_n + 1, dtype=np.int64)
@@ -112,7 +125,7 @@ def _count(output: np.ndarray, pools: np.ndarray, bounds: np.ndarray, max_n: int
     found = np.zeros(level_keys.size, dtype=np.bool_)
     for p in range(bounds.shape[0]):
         found[:] = False
-        _mark_found(pools, bounds[p], vocabulary, level_keys, offsets, base, max_n, found)
+        _mark_found(pools, bounds[p], table, level_keys, offsets, base, max_n, found)
         for n in range(1, max_n + 1):
             hits = 0
             for i in range(max(0, size - n + 1)):

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -365,10 +366,7 @@ def summarize(
     sampled = counters.shape[0] < population
     intervals: dict[str, Interval] = {}
     if sampled and counters.shape[0] > 1:
-        rng = np.random.default_rng(seed)
-        weights = rng.multinomial(counters.shape[0], np.full(counters.shape[0], 1 / counters.shape[0]),
-                                  size=BOOTSTRAP_RESAMPLES)
-        resampled = _ratios(weights @ table)
+        resampled = _ratios(_bootstrap_weights(counters.shape[0], seed) @ table)
         for name, values in resampled.items():
             finite = values[np.isfinite(values)]
             if finite.size:
@@ -395,6 +393,19 @@ def summarize(
     )
 
 
+@lru_cache(maxsize=1)
+def _bootstrap_weights(count: int, seed: int) -> np.ndarray:
+    """BOOTSTRAP_RESAMPLES x count resampling weights (multinomial counts), read-only.
+
+    Cached: a sweep summarizes dozens of configs over the same sampled requests, and drawing the weights
+    (count binomials per resample) costs far more than applying them.
+    """
+    rng = np.random.default_rng(seed)
+    weights = rng.multinomial(count, np.full(count, 1 / count), size=BOOTSTRAP_RESAMPLES)
+    weights.flags.writeable = False
+    return weights
+
+
 def expected_past_end(counters: np.ndarray, per_pos: np.ndarray) -> np.ndarray:
     """Per request, the expected number of accepted draft tokens beyond the logged end of its output.
 
@@ -409,11 +420,18 @@ def expected_past_end(counters: np.ndarray, per_pos: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         conditional = np.where(previous > 0, per_pos / previous, 0.0)
     expected = np.zeros(counters.shape[0], dtype=np.float64)
-    for r in np.flatnonzero(counters[:, ngram.TAIL_LEN] > 0):
-        survive = 1.0
-        for position in range(int(counters[r, ngram.TAIL_AT]), int(counters[r, ngram.TAIL_LEN])):
-            survive *= conditional[position]
-            expected[r] += survive
+    rows = np.flatnonzero(counters[:, ngram.TAIL_LEN] > 0)
+    if rows.size == 0:
+        return expected
+    first, stop = counters[rows, ngram.TAIL_AT], counters[rows, ngram.TAIL_LEN]
+    survive = np.ones(rows.size, dtype=np.float64)
+    tail = np.zeros(rows.size, dtype=np.float64)
+    # Position by position over all tail rows at once: the same products and sums, in the same order.
+    for position in range(int(first.min()), int(stop.max())):
+        active = (first <= position) & (position < stop)
+        survive = np.where(active, survive * conditional[position], survive)
+        tail = np.where(active, tail + survive, tail)
+    expected[rows] = tail
     return expected
 
 
