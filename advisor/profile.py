@@ -1,27 +1,25 @@
 """The profile: ingest -> tokenize -> measure -> engine -> emit, assembled into the typed report document.
 
-This module is the only place that wires the stages together (it sits above them, below the CLI). It streams
-the logs in batches (the reader never holds a whole JSONL file), tokenizes each batch with the per-piece
-cache, and keeps per request only what the measurements need: lengths, times, block-hash chains and, for
-the replays, token ids. The measurements themselves are pure functions in `advisor.measure`; each result
+This module is the only place that wires the stages together (it sits above them, below the CLI).
+`advisor.stream` streams the logs in batches (the reader never holds a whole JSONL file), tokenizes each
+batch with the per-piece cache, and keeps per request only what the measurements need, in compact state
+with fixed budgets: lengths, times, block-hash chains and, for the replays, token ids. The measurements themselves are pure functions in `advisor.measure`; each result
 becomes a section of `advisor.report.Report` under the names the measurement gives it.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from advisor import __version__
+from advisor import __version__, stream
 from advisor.errors import ConfigError
 from advisor.ingest import IngestStats, read_requests
-from advisor.measure import arrivals, overlap, prefix, sampling, stats
-from advisor.record import Request
+from advisor.measure import arrivals, prefix, sampling, stats
 from advisor.report import (
     Apc,
     Arrivals,
@@ -41,12 +39,8 @@ from advisor.report import (
 
 __all__ = ["Profile", "ProfileOptions", "build_profile", "recommend"]
 
-BATCH_REQUESTS = 256
 # Without logged latencies, a request holds its KV blocks for this long per output token in the APC replay.
 ASSUMED_DECODE_S_PER_TOKEN = 0.03
-# Replays keep token ids in memory; beyond this many tokens the replay inputs are sampled (seeded reservoir).
-REPLAY_TOKEN_BUDGET = 60_000_000
-OVERLAP_MAX_N = 5
 # The replays shown without --speculative-config: ngram with a small lookup window and suffix with vLLM's
 # defaults (k = its max tree depth); the sweep around them is in `replay_sweep`.
 HEADLINE_REPLAYS = (
@@ -54,7 +48,7 @@ HEADLINE_REPLAYS = (
     {"method": "suffix", "num_speculative_tokens": 24},
 )
 
-Progress = Callable[[int], None]
+Progress = stream.Progress
 
 
 @dataclass(frozen=True)
@@ -70,35 +64,10 @@ class Profile:
     features: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-@dataclass
-class _Collected:
-    """Per-request facts kept while streaming, in file order."""
-
-    timestamps: list[float] = field(default_factory=list)
-    input_lens: list[float] = field(default_factory=list)
-    output_lens: list[float] = field(default_factory=list)
-    latencies: list[float] = field(default_factory=list)
-    logged_prompt_tokens: list[float] = field(default_factory=list)
-    overlap4: list[float] = field(default_factory=list)
-    chains: list[prefix.PrefixBlocks | None] = field(default_factory=list)
-    chain_sizes: set[int] = field(default_factory=set)
-    overlaps: list[overlap.RequestOverlap] = field(default_factory=list)
-    sampling_params: list = field(default_factory=list)
-    replay_inputs: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
-    replay_rows: list[int] = field(default_factory=list)  # request index of each replay input
-    replay_tokens: int = 0
-    replay_seen: int = 0
-    text_requests: int = 0
-    completion_texts: int = 0
-    conversation_outputs: dict[str, list[np.ndarray]] = field(default_factory=dict)
-
-
-def _nan(value: float | None) -> float:
-    return float("nan") if value is None else float(value)
-
-
-def build_profile(options: ProfileOptions, progress: Progress | None = None) -> Profile:
+def build_profile(options: ProfileOptions, progress: Progress | None = None, workers: int = 1) -> Profile:
     """Reads, tokenizes and measures the logs; returns the report (and recommendation unless disabled).
+
+    `workers` processes tokenize and measure (the same report as one: it only changes the speed).
 
     Raises AdvisorError subclasses: InputError (nothing usable), BadRecordError (--strict), TokenizerError.
     """
@@ -107,24 +76,14 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None) -> 
 
         normalize_config(options.speculative_config)  # fail before reading gigabytes of logs
     ingest_stats = IngestStats()
-    collected = _Collected()
-    rng = np.random.default_rng(options.seed)
     tokenizer_state: dict[str, Any] = {}
-
-    batch: list[Request] = []
-    for request in read_requests(
+    requests = read_requests(
         list(options.paths), options.fmt, strict=options.strict, hash_block_size=options.hash_block_size, stats=ingest_stats
-    ):
-        batch.append(request)
-        if len(batch) >= BATCH_REQUESTS:
-            _process_batch(batch, options, collected, tokenizer_state, rng)
-            if progress:
-                progress(len(batch))
-            batch = []
-    if batch:
-        _process_batch(batch, options, collected, tokenizer_state, rng)
-        if progress:
-            progress(len(batch))
+    )
+    collected = stream.collect(requests, stream.StreamOptions(
+        tokenizer=options.tokenizer, model=options.model, block_size=options.block_size,
+        hash_block_size=options.hash_block_size, seed=options.seed,
+    ), tokenizer_state, workers, progress)
 
     report = _assemble(options, ingest_stats, collected, tokenizer_state)
     features = _features(collected)
@@ -142,89 +101,6 @@ def recommend(report: Report, features: dict[str, np.ndarray] | None = None) -> 
     return replace(report, recommendation=replace(recommendation, emitted=render_configs(recommendation)))
 
 
-def _tokenizer(options: ProfileOptions, state: dict[str, Any]):
-    """Loads the tokenizer at the first request with text: token-free traces never need one."""
-    if "request_tokenizer" not in state:
-        from advisor.tokenize import RequestTokenizer, load_tokenizer
-
-        tokenizer = load_tokenizer(options.tokenizer, options.model)
-        state["tokenizer"] = tokenizer
-        state["request_tokenizer"] = RequestTokenizer(tokenizer)
-    return state["request_tokenizer"]
-
-
-def _has_ids(request: Request) -> bool:
-    return request.prompt_token_ids is not None or request.output_token_ids is not None
-
-
-def _process_batch(
-    batch: list[Request], options: ProfileOptions, out: _Collected, tokenizer_state: dict[str, Any], rng: np.random.Generator
-) -> None:
-    # Logged token ids need no tokenizer; one named with --tokenizer checks them against its vocabulary.
-    named = options.tokenizer is not None
-    text = [r for r in batch if r.needs_tokenizer or (named and _has_ids(r))]
-    tokenized = {}
-    if text:
-        for item in _tokenizer(options, tokenizer_state).tokenize(text):
-            tokenized[id(item.request)] = item
-    for request in batch:
-        item = tokenized.get(id(request))
-        if item is None and _has_ids(request):
-            from advisor.tokenize import logged_ids
-
-            item = logged_ids(request)
-        prompt_ids = item.prompt_ids if item is not None else None
-        output_ids = item.output_ids if item is not None else None
-        input_len = len(prompt_ids) if prompt_ids is not None else request.prompt_tokens
-        output_len = len(output_ids) if output_ids is not None else request.completion_tokens
-        out.timestamps.append(_nan(request.timestamp))
-        out.input_lens.append(_nan(input_len))
-        out.output_lens.append(_nan(output_len))
-        out.latencies.append(_nan(request.latency_s))
-        out.logged_prompt_tokens.append(_nan(request.prompt_tokens if prompt_ids is not None else None))
-        out.sampling_params.append(request.sampling)
-        if prompt_ids is not None:
-            out.text_requests += 1
-            out.chains.append(prefix.PrefixBlocks.from_tokens(prompt_ids, options.block_size, output_ids))
-            out.chain_sizes.add(options.block_size)
-        elif request.block_hashes is not None and request.prompt_tokens is not None:
-            out.chains.append(prefix.PrefixBlocks.from_block_ids(request.block_hashes, request.prompt_tokens))
-            out.chain_sizes.add(request.hash_block_size or options.hash_block_size)
-        else:
-            out.chains.append(None)
-        share4 = float("nan")
-        if prompt_ids is not None and output_ids is not None and len(output_ids):
-            out.completion_texts += 1
-            context = None
-            if request.conversation_id is not None:
-                context = out.conversation_outputs.setdefault(request.conversation_id, [])
-            result = overlap.request_overlap(prompt_ids, output_ids, list(context) if context is not None else None, OVERLAP_MAX_N)
-            out.overlaps.append(result)
-            if result.ngrams[3]:
-                share4 = result.in_prompt[3] / result.ngrams[3]
-            if context is not None:
-                context.append(output_ids)
-            _keep_for_replay(out, len(out.timestamps) - 1, prompt_ids, output_ids, rng)
-        out.overlap4.append(share4)
-
-
-def _keep_for_replay(out: _Collected, row: int, prompt_ids: np.ndarray, output_ids: np.ndarray, rng: np.random.Generator) -> None:
-    """Keeps token ids for the replays; past the token budget, a uniform reservoir sample of requests."""
-    out.replay_seen += 1
-    size = len(prompt_ids) + len(output_ids)
-    if out.replay_tokens + size <= REPLAY_TOKEN_BUDGET:
-        out.replay_inputs.append((prompt_ids, output_ids))
-        out.replay_rows.append(row)
-        out.replay_tokens += size
-        return
-    slot = int(rng.integers(0, out.replay_seen))
-    if slot < len(out.replay_inputs):
-        old_prompt, old_output = out.replay_inputs[slot]
-        out.replay_tokens += size - len(old_prompt) - len(old_output)
-        out.replay_inputs[slot] = (prompt_ids, output_ids)
-        out.replay_rows[slot] = row
-
-
 def _arrival_order(timestamps: np.ndarray) -> np.ndarray:
     """Indices in arrival order (stable: file order among equal or missing timestamps)."""
     if np.isnan(timestamps).all():
@@ -233,7 +109,7 @@ def _arrival_order(timestamps: np.ndarray) -> np.ndarray:
     return np.argsort(keys, kind="stable")
 
 
-def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: _Collected, tokenizer_state: dict[str, Any]) -> Report:
+def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Collected, tokenizer_state: dict[str, Any]) -> Report:
     timestamps = np.array(c.timestamps, dtype=np.float64)
     input_lens = np.array(c.input_lens, dtype=np.float64)
     output_lens = np.array(c.output_lens, dtype=np.float64)
@@ -262,11 +138,12 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: _Collected,
     apc_job = worker.submit(_apc, c, order, options, timestamps, output_lens, latencies) if prefix_section else None
 
     overlap_section = None
-    if c.overlaps:
-        overlap_section = section(Overlap, overlap.summarize_overlap(c.overlaps, OVERLAP_MAX_N).to_dict())
+    summary = c.overlap_summary()
+    if summary is not None:
+        overlap_section = section(Overlap, summary.to_dict())
     else:
         disabled.append(Disabled("n-gram overlap and speculative replay", "no completion text in the log"))
-    sampling_section = section(Sampling, sampling.sampling_summary(c.sampling_params).to_dict())
+    sampling_section = section(Sampling, sampling.summary_from_counts(c.sampling.counts).to_dict())
     try:
         replays, sweep = _replays(c, order, options)
         apc_section = apc_job.result() if apc_job else None
@@ -359,7 +236,7 @@ def _peak_window_rate(sorted_times: np.ndarray, window_s: float) -> float:
     return float((ends - np.arange(sorted_times.size)).max() / window_s)
 
 
-def _prefix(c: _Collected, order: np.ndarray, options: ProfileOptions, disabled: list[Disabled]) -> Prefix | None:
+def _prefix(c: stream.Collected, order: np.ndarray, options: ProfileOptions, disabled: list[Disabled]) -> Prefix | None:
     chains = [c.chains[i] for i in order if c.chains[i] is not None]
     if not chains:
         disabled.append(Disabled("prefix sharing and APC", "no prompt text and no block hashes"))
@@ -370,10 +247,24 @@ def _prefix(c: _Collected, order: np.ndarray, options: ProfileOptions, disabled:
             f" (block {options.block_size}): profile them separately"
         )
     block_size = next(iter(c.chain_sizes))
-    return section(Prefix, prefix.prefix_sharing(chains, block_size, cache_outputs=True, top=10).to_dict(), "prefix")
+    data = prefix.prefix_sharing(chains, block_size, cache_outputs=True, top=10).to_dict()
+    data["sample"] = _chain_sample(c)
+    return section(Prefix, data, "prefix")
 
 
-def _apc(c: _Collected, order: np.ndarray, options: ProfileOptions, timestamps: np.ndarray,
+def _chain_sample(c: stream.Collected) -> dict[str, Any] | None:
+    """How the prefix and APC analyses were sampled (None: every request with a chain)."""
+    if not c.store.sampled:
+        return None
+    return {
+        "requests": int(c.store.rows.size),
+        "population_requests": c.store.offered,
+        "conversation_share": c.store.kept_share,
+        "rule": f"block chains past {stream.PREFIX_BLOCK_BUDGET:,} blocks: a seeded sample of whole conversations",
+    }
+
+
+def _apc(c: stream.Collected, order: np.ndarray, options: ProfileOptions, timestamps: np.ndarray,
          output_lens: np.ndarray, latencies: np.ndarray) -> Apc:
     """Finite-cache APC replay at the deployment's KV capacity, with the hit-rate-versus-capacity curve.
 
@@ -411,6 +302,12 @@ def _apc(c: _Collected, order: np.ndarray, options: ProfileOptions, timestamps: 
         source = f"{gpu.name} {gpu.memory_gb:g} GB x {options.gpu_memory_utilization} - weights (upper bound)"
     block_size = next(iter(c.chain_sizes))
     capacity = apc.capacity_blocks(budget, per_token, block_size)
+    if c.store.sampled:
+        # A sample of conversations gets the same share of the cache that it would hold in the whole traffic.
+        capacity = max(1, round(capacity * c.store.kept_share))
+        assumptions.append(
+            f"prefix analyses on {c.store.kept_share:.1%} of conversations (block budget): the cache is scaled alike"
+        )
     rows = [i for i in order if c.chains[i] is not None]
     chains = [c.chains[i] for i in rows]
     outputs = np.nan_to_num(output_lens[rows]).astype(np.int64)
@@ -433,7 +330,7 @@ def _apc(c: _Collected, order: np.ndarray, options: ProfileOptions, timestamps: 
     return section(Apc, data, "apc")
 
 
-def _replays(c: _Collected, order: np.ndarray, options: ProfileOptions) -> tuple[tuple[Replay, ...], tuple[Replay, ...]]:
+def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions) -> tuple[tuple[Replay, ...], tuple[Replay, ...]]:
     if not c.replay_inputs or not options.replay:
         return (), ()
     from advisor.measure import specreplay
@@ -466,7 +363,7 @@ def _replays(c: _Collected, order: np.ndarray, options: ProfileOptions) -> tuple
     return tuple(entry(r) for r in replays), tuple(entry(r) for r in sweep)
 
 
-def _features(c: _Collected) -> dict[str, np.ndarray]:
+def _features(c: stream.Collected) -> dict[str, np.ndarray]:
     """Per-request features for the engine's segmentation (NaN where unknown)."""
     return {
         "input_len": np.array(c.input_lens, dtype=np.float64),

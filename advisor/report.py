@@ -198,8 +198,20 @@ class SharedPrefix:
 
 
 @dataclass(frozen=True)
+class PrefixSample:
+    """Which requests the prefix and APC analyses saw when the log's block chains passed their memory budget
+    (advisor.stream.PREFIX_BLOCK_BUDGET): a seeded sample of whole conversations."""
+
+    requests: int
+    population_requests: int
+    conversation_share: float
+    rule: str
+
+
+@dataclass(frozen=True)
 class Prefix:
-    """advisor.measure.prefix.PrefixSharing: the infinite-cache prefix-hit ceiling."""
+    """advisor.measure.prefix.PrefixSharing: the infinite-cache prefix-hit ceiling (`sample`: None when every
+    request was measured)."""
 
     block_size: int
     requests: int
@@ -209,6 +221,7 @@ class Prefix:
     requests_with_hit_share: float | None
     outputs_cached: bool
     top_prefixes: tuple[SharedPrefix, ...]
+    sample: PrefixSample | None = None
 
 
 @dataclass(frozen=True)

@@ -56,11 +56,13 @@ def _speculative_config(_ctx: click.Context, _param: click.Parameter, value: str
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True),
               help="Write the report as one self-contained HTML page with plots to FILE (docs/html-report.md).")
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes that tokenize and measure (the report is the same; only the speed changes).")
 def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokenizer: str | None, model: str | None,
                     gpu: str | None, tp: int, max_num_seqs: int | None, request_rate: float | None,
                     block_size: int, hash_block_size: int, speculative_config: dict | None, no_replay: bool,
                     no_sweep: bool, max_replay_requests: int, no_recommend: bool, as_json: bool, out: str | None,
-                    checklist: str | None, html_path: str | None, no_progress: bool) -> None:
+                    checklist: str | None, html_path: str | None, no_progress: bool, workers: int) -> None:
     """Profile LOGS (files, .gz, or - for stdin) and advise on APC and speculative decoding."""
     from advisor.profile import ProfileOptions, build_profile
 
@@ -78,9 +80,9 @@ def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokeni
     show_bar = not no_progress and sys.stderr.isatty() and "-" not in logs
     if show_bar:
         with click.progressbar(length=None, label="requests", file=sys.stderr, show_pos=True) as bar:  # type: ignore[arg-type]
-            profile = build_profile(options, progress=bar.update)
+            profile = build_profile(options, progress=bar.update, workers=workers)
     else:
-        profile = build_profile(options)
+        profile = build_profile(options, workers=workers)
     write_outputs(profile.report, as_json=as_json, out=out, checklist=checklist, html=html_path)
 
 

@@ -197,14 +197,17 @@ def pack_requests(requests: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np
     its prompt the first prompt_lens[r] of them, its output the rest."""
     lengths = np.zeros(len(requests) + 1, dtype=np.int64)
     prompt_lens = np.zeros(len(requests), dtype=np.int64)
-    parts = []
     for r, (prompt, output) in enumerate(requests):
         prompt_lens[r] = len(prompt)
         lengths[r + 1] = len(prompt) + len(output)
-        parts.append(np.asarray(prompt, dtype=np.int64))
-        parts.append(np.asarray(output, dtype=np.int64))
-    tokens = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    return tokens, np.cumsum(lengths), prompt_lens
+    offsets = np.cumsum(lengths)
+    # Filled in place: no int64 copy of every request before the concatenation (half the peak memory).
+    tokens = np.empty(int(offsets[-1]), dtype=np.int64)
+    for r, (prompt, output) in enumerate(requests):
+        middle = offsets[r] + prompt_lens[r]
+        tokens[offsets[r] : middle] = prompt
+        tokens[middle : offsets[r + 1]] = output
+    return tokens, offsets, prompt_lens
 
 
 def replay_ngram(

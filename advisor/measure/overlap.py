@@ -146,6 +146,22 @@ def request_overlap(
     `context` holds the earlier outputs of the conversation as separate arrays: an n-gram never spans two
     of them (an empty sequence means "first turn", None means "unknown").
     """
+    counts = overlap_counts(prompt_ids, output_ids, context, max_n)
+    return RequestOverlap(
+        ngrams=tuple(int(v) for v in counts[0]),
+        in_prompt=tuple(int(v) for v in counts[1]),
+        in_context=tuple(int(v) for v in counts[2]) if context is not None else None,
+    )
+
+
+def overlap_counts(
+    prompt_ids: np.ndarray,
+    output_ids: np.ndarray,
+    context: Sequence[np.ndarray] | None = None,
+    max_n: int = MAX_N,
+) -> np.ndarray:
+    """`request_overlap` as a 3 x max_n int64 array (rows: ngrams, in_prompt, in_context; the last is 0
+    without a context), for callers that pack counts instead of keeping an object per request."""
     if max_n < 1:
         raise ValueError(f"max_n must be at least 1, got {max_n}")
     output = np.asarray(output_ids, dtype=np.int64).ravel()
@@ -159,11 +175,9 @@ def request_overlap(
     bounds[1, :] = context_bounds[-1]
     bounds[1, : context_bounds.size] = context_bounds
     counts = _count(output, np.concatenate([prompt, *earlier]), bounds, max_n)
-    return RequestOverlap(
-        ngrams=tuple(int(v) for v in counts[0]),
-        in_prompt=tuple(int(v) for v in counts[1]),
-        in_context=tuple(int(v) for v in counts[2]) if context is not None else None,
-    )
+    if context is None:
+        counts[2] = 0
+    return counts
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -221,6 +235,14 @@ def summarize_overlap(per_request: Sequence[RequestOverlap], max_n: int = MAX_N)
     context_hits = np.array(
         [r.in_context if r.in_context is not None else (0,) * max_n for r in per_request], dtype=np.int64
     ).reshape(-1, max_n)
+    return summarize_counts(ngrams, prompt_hits, context_hits, with_context)
+
+
+def summarize_counts(ngrams: np.ndarray, prompt_hits: np.ndarray, context_hits: np.ndarray,
+                     with_context: np.ndarray) -> OverlapSummary:
+    """`summarize_overlap` from packed counts (rows = requests, columns n = 1..max_n; context rows of
+    requests without a context are ignored), so a streaming caller keeps 3 x max_n integers a request."""
+    max_n = ngrams.shape[1]
     per_request_context = _ratios(context_hits, ngrams)
     per_request_context[~with_context] = np.nan
     totals = ngrams.sum(axis=0)
@@ -231,7 +253,7 @@ def summarize_overlap(per_request: Sequence[RequestOverlap], max_n: int = MAX_N)
 
     return OverlapSummary(
         n=tuple(range(1, max_n + 1)),
-        requests=len(per_request),
+        requests=int(ngrams.shape[0]),
         output_ngrams=tuple(int(t) for t in totals),
         prompt_share=shares(prompt_hits.sum(axis=0), totals),
         context_requests=int(with_context.sum()),

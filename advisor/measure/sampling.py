@@ -5,7 +5,8 @@ at high temperature rejection sampling accepts fewer, so the expected speedup sh
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,20 +47,37 @@ class SamplingSummary:
 
 def sampling_summary(params: Iterable[SamplingParams]) -> SamplingSummary:
     """Greedy share, missing-temperature share, temperature p50/max and top_p presence."""
-    settings = list(params)
-    count = len(settings)
-    temperatures = np.array([s.temperature for s in settings if s.temperature is not None], dtype=np.float64)
-    known = [s for s in settings if s.temperature is not None or s.top_k is not None]
-    greedy = sum(
-        1
-        for s in known
-        if (s.temperature is not None and s.temperature < GREEDY_TEMPERATURE) or s.top_k == 1
-    )
+    return summary_from_counts(Counter((s.temperature, s.top_k, s.top_p is not None) for s in params))
+
+
+def summary_from_counts(counts: Mapping[tuple[float | None, int | None, bool], int]) -> SamplingSummary:
+    """The same summary from exact counts of (temperature, top_k, top_p present): streaming-friendly."""
+    count = sum(counts.values())
+    temperature_counts: Counter[float] = Counter()
+    known = greedy = top_p_present = 0
+    for (temperature, top_k, has_top_p), n in counts.items():
+        top_p_present += n if has_top_p else 0
+        if temperature is not None:
+            temperature_counts[float(temperature)] += n
+        if temperature is not None or top_k is not None:
+            known += n
+            if (temperature is not None and temperature < GREEDY_TEMPERATURE) or top_k == 1:
+                greedy += n
+    values = np.array(sorted(temperature_counts), dtype=np.float64)
+    cumulative = np.cumsum([temperature_counts[v] for v in values]) if values.size else np.zeros(0, np.int64)
+    measured = int(cumulative[-1]) if values.size else 0
     return SamplingSummary(
         requests=count,
-        temperature_missing_share=(count - temperatures.size) / count if count else None,
-        greedy_share=greedy / len(known) if known else None,
-        temperature_p50=float(np.percentile(temperatures, 50)) if temperatures.size else None,
-        temperature_max=float(temperatures.max()) if temperatures.size else None,
-        top_p_present_share=sum(s.top_p is not None for s in settings) / count if count else None,
+        temperature_missing_share=(count - measured) / count if count else None,
+        greedy_share=greedy / known if known else None,
+        temperature_p50=_median(values, cumulative) if values.size else None,
+        temperature_max=float(values[-1]) if values.size else None,
+        top_p_present_share=top_p_present / count if count else None,
     )
+
+
+def _median(values: np.ndarray, cumulative: np.ndarray) -> float:
+    """np.percentile(all values, 50) from sorted distinct values and their cumulative counts."""
+    total = int(cumulative[-1])
+    low, high = (values[np.searchsorted(cumulative, index, side="right")] for index in ((total - 1) // 2, total // 2))
+    return float(np.percentile([low, high], 50))

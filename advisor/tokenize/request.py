@@ -20,6 +20,7 @@ tokenization: they pass through unchanged, checked against the vocabulary when a
 """
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +31,8 @@ from advisor.errors import TokenizerError
 from advisor.record import Request
 from advisor.tokenize.base import Tokenizer
 
-_ENTRY_OVERHEAD = 120  # bytes per cache entry beyond text and ids (dict slot, array header): an estimate
+_ENTRY_OVERHEAD = 200  # bytes per cache entry beyond the str and the ids' data (dict slot, ndarray object)
+DEFAULT_CACHE_BYTES = 96 << 20  # holds the live conversations of a log; the profile's memory bound counts it
 
 
 @dataclass(slots=True)
@@ -64,6 +66,11 @@ class TokenizeStats:
     evictions: int = 0
 
 
+def _entry_bytes(text: str, ids: np.ndarray) -> int:
+    """Memory of one cache entry: the str as Python stores it (1 to 4 bytes a character), the ids, overhead."""
+    return sys.getsizeof(text) + ids.nbytes + _ENTRY_OVERHEAD
+
+
 class _PieceCache:
     """LRU map text -> int32 ids, bounded by an estimate of its memory in bytes."""
 
@@ -82,7 +89,7 @@ class _PieceCache:
         """Insert; returns how many entries were evicted to stay within the budget."""
         if text in self._entries:
             return 0
-        size = len(text) + ids.nbytes + _ENTRY_OVERHEAD
+        size = _entry_bytes(text, ids)
         if size > self.max_bytes:
             return 0
         self._entries[text] = ids
@@ -90,7 +97,7 @@ class _PieceCache:
         evicted = 0
         while self.bytes > self.max_bytes:
             old_text, old_ids = self._entries.popitem(last=False)
-            self.bytes -= len(old_text) + old_ids.nbytes + _ENTRY_OVERHEAD
+            self.bytes -= _entry_bytes(old_text, old_ids)
             evicted += 1
         return evicted
 
@@ -110,7 +117,7 @@ def logged_ids(request: Request) -> TokenizedRequest:
 class RequestTokenizer:
     """Turns Requests into token ids with the per-piece cache (one instance per run; not thread-safe)."""
 
-    def __init__(self, tokenizer: Tokenizer, cache_bytes: int = 256 << 20):
+    def __init__(self, tokenizer: Tokenizer, cache_bytes: int = DEFAULT_CACHE_BYTES):
         self.tokenizer = tokenizer
         self.stats = TokenizeStats()
         self._cache = _PieceCache(cache_bytes)

@@ -1,0 +1,360 @@
+"""Streaming collection for the profile: requests in, compact per-request state out, on one or N processes.
+
+The log is read one batch at a time. Per request, the heavy part (tokenization with the per-piece cache,
+the block-hash chain, the n-gram overlap counts) is `measure_batch`; the light part (`collect_batch`, in
+file order in the main process) appends the results to `Collected`: packed columns, the chain store and
+the replay reservoir (advisor.measure.state). Nothing keeps a Python object per request.
+
+With `workers` > 1 the heavy part runs in worker processes (tokenization holds the GIL). Requests are
+routed by conversation, so a conversation's turns meet its earlier outputs (the overlap's context) and
+its cached pieces in the same worker; results come back per batch and are collected in file order, so
+the report is the serial run's exactly (tests/test_stream.py). Memory per worker: its tokenizer and piece
+cache and its share of the context budget.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from advisor.measure import overlap, prefix, state
+from advisor.record import Request
+
+BATCH_REQUESTS = 256
+OVERLAP_MAX_N = 5
+# Replays keep token ids in memory; beyond this many tokens the replay inputs are sampled (seeded reservoir).
+REPLAY_TOKEN_BUDGET = 12_000_000
+# Block chains kept for the prefix analysis and the APC replay (8 bytes a block; the analyses' working
+# arrays take about 30 bytes a block more); past it, a seeded sample of conversations (advisor.measure.state).
+PREFIX_BLOCK_BUDGET = 4_000_000
+# Earlier outputs of live conversations kept for the overlap's conversation context (4 bytes a token).
+CONTEXT_TOKEN_BUDGET = 4_000_000
+IN_FLIGHT_PER_WORKER = 2  # batches sent ahead of the one being collected
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """What the collection needs of the profile's options."""
+
+    tokenizer: str | None
+    model: str | None
+    block_size: int
+    hash_block_size: int
+    seed: int
+
+
+@dataclass(slots=True)
+class Measured:
+    """The heavy results of one request (None where the log lacks what they need)."""
+
+    input_len: float
+    output_len: float
+    text_prompt: bool  # the prompt was tokenized (text), not taken from logged counts
+    chain: prefix.PrefixBlocks | None
+    chain_block_size: int
+    overlap_counts: np.ndarray | None  # 3 x OVERLAP_MAX_N, see overlap.overlap_counts
+    with_context: bool
+    prompt_ids: np.ndarray | None
+    output_ids: np.ndarray | None
+
+
+class Collected:
+    """What the profile keeps of the requests, in file order, in compact state.
+
+    Per request: a few numbers in packed columns (about 140 bytes); the block chains within
+    PREFIX_BLOCK_BUDGET (a seeded sample of conversations past it); token ids for the replays within
+    REPLAY_TOKEN_BUDGET (a seeded reservoir of requests past it).
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.rows = 0
+        self._timestamps = state.Column()
+        self._input_lens = state.Column()
+        self._output_lens = state.Column()
+        self._latencies = state.Column()
+        self._logged_prompt_tokens = state.Column()
+        self._overlap4 = state.Column()
+        self.store = state.ChainStore(PREFIX_BLOCK_BUDGET, seed)
+        self.overlap_counts = state.Column(np.int64)  # 3 x OVERLAP_MAX_N per request with an overlap
+        self.overlap_with_context = state.Column(np.bool_)
+        self.sampling = state.SamplingCounts()
+        self.replay_inputs: list[tuple[np.ndarray, np.ndarray]] = []
+        self.replay_rows: list[int] = []  # request index of each replay input
+        self.replay_tokens = 0
+        self.replay_seen = 0
+        self.text_requests = 0
+        self.completion_texts = 0
+        self.rng = np.random.default_rng(seed)
+        self._chains: list[prefix.PrefixBlocks | None] | None = None
+
+    timestamps = property(lambda self: self._timestamps.values)
+    input_lens = property(lambda self: self._input_lens.values)
+    output_lens = property(lambda self: self._output_lens.values)
+    latencies = property(lambda self: self._latencies.values)
+    logged_prompt_tokens = property(lambda self: self._logged_prompt_tokens.values)
+    overlap4 = property(lambda self: self._overlap4.values)
+    chain_sizes = property(lambda self: self.store.block_sizes)
+
+    @property
+    def chains(self) -> list[prefix.PrefixBlocks | None]:
+        """One entry per request: its chain (a view into the store), None without one or out of the sample."""
+        if self._chains is None:
+            self._chains = self.store.chains_by_row(self.rows)
+        return self._chains
+
+    def overlap_summary(self) -> overlap.OverlapSummary | None:
+        if not self.overlap_with_context.size:
+            return None
+        counts = self.overlap_counts.values.reshape(-1, 3, OVERLAP_MAX_N)
+        return overlap.summarize_counts(counts[:, 0], counts[:, 1], counts[:, 2], self.overlap_with_context.values)
+
+
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def conversation_key(request: Request, row: int) -> str:
+    """The sampling and routing key: the conversation, or the request itself when it has none."""
+    return request.conversation_id if request.conversation_id is not None else f"#{row}"
+
+
+def load_request_tokenizer(options: StreamOptions, tokenizer_state: dict[str, Any]):
+    """Loads the tokenizer at the first request with text: token-free traces never need one."""
+    if "request_tokenizer" not in tokenizer_state:
+        from advisor.tokenize import RequestTokenizer, load_tokenizer
+
+        tokenizer = load_tokenizer(options.tokenizer, options.model)
+        tokenizer_state["tokenizer"] = tokenizer
+        tokenizer_state["request_tokenizer"] = RequestTokenizer(tokenizer)
+    return tokenizer_state["request_tokenizer"]
+
+
+def _has_ids(request: Request) -> bool:
+    return request.prompt_token_ids is not None or request.output_token_ids is not None
+
+
+def measure_batch(batch: list[Request], options: StreamOptions, tokenizer_state: dict[str, Any],
+                  context: state.ContextOutputs) -> list[Measured]:
+    """Tokenization, block chain and overlap counts of each request (in order; updates `context`)."""
+    # Logged token ids need no tokenizer; one named with --tokenizer checks them against its vocabulary.
+    named = options.tokenizer is not None
+    text = [r for r in batch if r.needs_tokenizer or (named and _has_ids(r))]
+    tokenized = {}
+    if text:
+        for item in load_request_tokenizer(options, tokenizer_state).tokenize(text):
+            tokenized[id(item.request)] = item
+    results = []
+    for request in batch:
+        item = tokenized.get(id(request))
+        if item is None and _has_ids(request):
+            from advisor.tokenize import logged_ids
+
+            item = logged_ids(request)
+        prompt_ids = item.prompt_ids if item is not None else None
+        output_ids = item.output_ids if item is not None else None
+        input_len = len(prompt_ids) if prompt_ids is not None else request.prompt_tokens
+        output_len = len(output_ids) if output_ids is not None else request.completion_tokens
+        chain, chain_block_size = None, options.block_size
+        if prompt_ids is not None:
+            chain = prefix.PrefixBlocks.from_tokens(prompt_ids, options.block_size, output_ids)
+        elif request.block_hashes is not None and request.prompt_tokens is not None:
+            chain = prefix.PrefixBlocks.from_block_ids(request.block_hashes, request.prompt_tokens)
+            chain_block_size = request.hash_block_size or options.hash_block_size
+        counts, with_context = None, False
+        if prompt_ids is not None and output_ids is not None and len(output_ids):
+            earlier = context.earlier(request.conversation_id) if request.conversation_id is not None else None
+            counts = overlap.overlap_counts(prompt_ids, output_ids, earlier, OVERLAP_MAX_N)
+            with_context = earlier is not None
+            if request.conversation_id is not None:
+                context.add(request.conversation_id, output_ids)
+        else:
+            prompt_ids = output_ids = None  # only requests with both feed the replays
+        results.append(Measured(_nan(input_len), _nan(output_len), item is not None and item.prompt_ids is not None,
+                                chain, chain_block_size, counts, with_context, prompt_ids, output_ids))
+    return results
+
+
+def collect_batch(batch: list[Request], measured: list[Measured], out: Collected) -> None:
+    """Appends one batch's results to `out`, in file order."""
+    timestamps, latencies, logged, shares4 = [], [], [], []
+    for index, (request, result) in enumerate(zip(batch, measured)):
+        row = out.rows + index
+        timestamps.append(_nan(request.timestamp))
+        latencies.append(_nan(request.latency_s))
+        logged.append(_nan(request.prompt_tokens if result.text_prompt else None))
+        out.sampling.add(request.sampling)
+        out.text_requests += result.text_prompt
+        if result.chain is not None:
+            out.store.add(row, conversation_key(request, row), result.chain, result.chain_block_size)
+        share4 = float("nan")
+        if result.overlap_counts is not None:
+            counts = result.overlap_counts
+            out.completion_texts += 1
+            out.overlap_counts.extend(counts.ravel())
+            out.overlap_with_context.extend([result.with_context])
+            if counts[0, 3]:
+                share4 = counts[1, 3] / counts[0, 3]
+            _keep_for_replay(out, row, result.prompt_ids, result.output_ids)
+        shares4.append(float(share4))
+    out._timestamps.extend(timestamps)
+    out._input_lens.extend([r.input_len for r in measured])
+    out._output_lens.extend([r.output_len for r in measured])
+    out._latencies.extend(latencies)
+    out._logged_prompt_tokens.extend(logged)
+    out._overlap4.extend(shares4)
+    out.rows += len(batch)
+
+
+def _keep_for_replay(out: Collected, row: int, prompt_ids: np.ndarray, output_ids: np.ndarray) -> None:
+    """Keeps token ids for the replays; past the token budget, a uniform reservoir sample of requests."""
+    out.replay_seen += 1
+    size = len(prompt_ids) + len(output_ids)
+    if out.replay_tokens + size <= REPLAY_TOKEN_BUDGET:
+        out.replay_inputs.append((prompt_ids, output_ids))
+        out.replay_rows.append(row)
+        out.replay_tokens += size
+        return
+    slot = int(out.rng.integers(0, out.replay_seen))
+    if slot < len(out.replay_inputs):
+        old_prompt, old_output = out.replay_inputs[slot]
+        out.replay_tokens += size - len(old_prompt) - len(old_output)
+        out.replay_inputs[slot] = (prompt_ids, output_ids)
+        out.replay_rows[slot] = row
+
+
+def _batches(requests: Iterable[Request]) -> Iterator[list[Request]]:
+    batch: list[Request] = []
+    for request in requests:
+        batch.append(request)
+        if len(batch) >= BATCH_REQUESTS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def collect(requests: Iterable[Request], options: StreamOptions, tokenizer_state: dict[str, Any],
+            workers: int = 1, progress: Progress | None = None) -> Collected:
+    """Streams `requests` into a Collected, measuring on `workers` processes (1: in this process)."""
+    out = Collected(options.seed)
+    if workers <= 1:
+        context = state.ContextOutputs(CONTEXT_TOKEN_BUDGET)
+        for batch in _batches(requests):
+            collect_batch(batch, measure_batch(batch, options, tokenizer_state, context), out)
+            if progress:
+                progress(len(batch))
+        return out
+    with _WorkerPool(workers, options, tokenizer_state) as pool:
+        for batch, measured in pool.map(_batches(requests)):
+            collect_batch(batch, measured, out)
+            if progress:
+                progress(len(batch))
+    return out
+
+
+def _worker_main(inbox: Any, outbox: Any, options: StreamOptions, context_budget: int) -> None:
+    """A worker: measures the shards it is sent, in order, until it receives None."""
+    tokenizer_state: dict[str, Any] = {}
+    context = state.ContextOutputs(context_budget)
+    while True:
+        shard = inbox.get()
+        if shard is None:
+            return
+        try:
+            outbox.put(("ok", measure_batch(shard, options, tokenizer_state, context)))
+        except BaseException as error:  # noqa: BLE001 - re-raised in the main process
+            outbox.put(("error", error))
+            return
+
+
+class _WorkerPool:
+    """N processes, each owning the conversations whose key hashes to it (so their context stays whole)."""
+
+    def __init__(self, workers: int, options: StreamOptions, tokenizer_state: dict[str, Any]):
+        self.options = options
+        self.tokenizer_state = tokenizer_state
+        context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+        # Queues, not bare pipes: their feeder threads buffer, so sending ahead never blocks on a worker
+        # that is itself blocked sending a result.
+        self.inboxes = [context.Queue() for _ in range(workers)]
+        self.outboxes = [context.Queue() for _ in range(workers)]
+        self.processes = [
+            context.Process(target=_worker_main, args=(inbox, outbox, options, CONTEXT_TOKEN_BUDGET // workers),
+                            daemon=True)
+            for inbox, outbox in zip(self.inboxes, self.outboxes)
+        ]
+        for process in self.processes:
+            process.start()
+
+    def __enter__(self) -> _WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for inbox, process in zip(self.inboxes, self.processes):
+            if process.is_alive():
+                inbox.put(None)
+        for process in self.processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+
+    def _route(self, batch: list[Request], first_row: int) -> list[list[int]]:
+        """Indices of the batch's requests per worker, by a stable hash of the conversation key."""
+        shards: list[list[int]] = [[] for _ in self.inboxes]
+        for index, request in enumerate(batch):
+            key = conversation_key(request, first_row + index)
+            shards[zlib.crc32(key.encode("utf-8", "surrogatepass")) % len(shards)].append(index)
+        return shards
+
+    def map(self, batches: Iterator[list[Request]]) -> Iterator[tuple[list[Request], list[Measured]]]:
+        """(batch, its results) in order; up to IN_FLIGHT_PER_WORKER batches ahead are being measured."""
+        pending: list[tuple[list[Request], list[list[int]]]] = []
+        next_row = 0
+        limit = IN_FLIGHT_PER_WORKER * len(self.inboxes)
+        exhausted = False
+        while True:
+            while not exhausted and len(pending) < limit:
+                batch = next(batches, None)
+                if batch is None:
+                    exhausted = True
+                    break
+                if "tokenizer" not in self.tokenizer_state and any(
+                    r.needs_tokenizer or (self.options.tokenizer is not None and _has_ids(r)) for r in batch
+                ):
+                    load_request_tokenizer(self.options, self.tokenizer_state)  # the report names it
+                shards = self._route(batch, next_row)
+                next_row += len(batch)
+                for inbox, indices in zip(self.inboxes, shards):
+                    if indices:
+                        inbox.put([batch[i] for i in indices])
+                pending.append((batch, shards))
+            if not pending:
+                return
+            batch, shards = pending.pop(0)
+            measured: list[Measured | None] = [None] * len(batch)
+            for outbox, process, indices in zip(self.outboxes, self.processes, shards):
+                if not indices:
+                    continue
+                status, payload = _receive(outbox, process)
+                if status == "error":
+                    raise payload
+                for index, result in zip(indices, payload):
+                    measured[index] = result
+            yield batch, measured  # type: ignore[misc]
+
+
+def _receive(outbox: Any, process: Any) -> tuple[str, Any]:
+    """The worker's next result; an error if the worker died without sending one (killed, out of memory)."""
+    while True:
+        try:
+            return outbox.get(timeout=1.0)
+        except queue.Empty:
+            if not process.is_alive():
+                raise RuntimeError(f"a profile worker process exited with code {process.exitcode}") from None

@@ -1,0 +1,148 @@
+"""Streaming collection: compact state with fixed budgets, and N worker processes giving the serial report."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from advisor import stream
+from advisor.measure import overlap, state
+from advisor.measure.prefix import PrefixBlocks
+from advisor.measure.sampling import sampling_summary, summary_from_counts
+from advisor.profile import ProfileOptions, build_profile
+from advisor.record import SamplingParams
+
+
+def assert_same(a, b, path="report"):
+    """Field-by-field equality of two report documents (NaN equals NaN), naming the first difference."""
+    assert type(a) is type(b), f"{path}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), f"{path}: keys {sorted(a.keys() ^ b.keys())}"
+        for key in a:
+            assert_same(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"{path}: length {len(a)} != {len(b)}"
+        for index, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{path}[{index}]")
+    elif isinstance(a, float) and np.isnan(a):
+        assert np.isnan(b), f"{path}: NaN != {b}"
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+@pytest.mark.parametrize("name", ["aider_chat_history.md", "mooncake_conversation_trace.jsonl"])
+def test_workers_give_the_serial_report(real_file, name):
+    options = ProfileOptions(paths=(str(real_file(name)),), sweep=False)
+    serial = build_profile(options)
+    parallel = build_profile(options, workers=2)
+    assert_same(serial.report, parallel.report)
+    assert serial.features.keys() == parallel.features.keys()
+    for key in serial.features:
+        np.testing.assert_array_equal(serial.features[key], parallel.features[key])
+
+
+def test_sharegpt_workers_route_conversations_whole(real_file):
+    """Multi-turn chats: the conversation context (earlier outputs) must reach the same worker."""
+    options = ProfileOptions(paths=(str(real_file("sharegpt_v3_subset.json")),), replay=False, recommend=False)
+    serial = build_profile(options).report
+    parallel = build_profile(options, workers=3).report
+    assert serial["overlap"]["conversation"] is not None
+    assert_same(serial, parallel)
+
+
+def _chain(blocks: int, salt: int) -> PrefixBlocks:
+    return PrefixBlocks(blocks * 16, blocks, np.arange(blocks, dtype=np.uint64) + np.uint64(salt << 20))
+
+
+def test_chain_store_stays_within_budget_and_keeps_conversations_whole():
+    store = state.ChainStore(block_budget=1_000, seed=3)
+    conversation_of = {}
+    for row in range(2_000):
+        key = f"conv{row % 150}"
+        conversation_of[row] = key
+        store.add(row, key, _chain(5, row), 16)
+        assert store.blocks.size <= 1_000
+    assert store.sampled and 0 < store.kept_share < 1
+    kept_rows = set(store.rows.values.tolist())
+    kept_conversations = {conversation_of[row] for row in kept_rows}
+    # Whole conversations: every request of a kept conversation is kept, none of a dropped one.
+    assert kept_rows == {row for row, key in conversation_of.items() if key in kept_conversations}
+    chains = store.chains_by_row(2_000)
+    for row in kept_rows:
+        np.testing.assert_array_equal(chains[row].chain, _chain(5, row).chain)
+    # Deterministic: the same stream gives the same sample.
+    again = state.ChainStore(block_budget=1_000, seed=3)
+    for row in range(2_000):
+        again.add(row, conversation_of[row], _chain(5, row), 16)
+    np.testing.assert_array_equal(again.rows.values, store.rows.values)
+
+
+def test_chain_store_keeps_everything_under_budget():
+    store = state.ChainStore(block_budget=10_000, seed=0)
+    for row in range(100):
+        store.add(row, f"#{row}", _chain(3, row), 16)
+    assert not store.sampled and store.rows.size == 100 and store.blocks.size == 300
+
+
+def test_context_outputs_bounded_lru():
+    context = state.ContextOutputs(token_budget=100)
+    for conversation in range(20):
+        context.add(f"c{conversation}", np.arange(10, dtype=np.int32))
+        assert context.tokens <= 100
+    assert context.evicted == 10
+    assert context.earlier("c0") == [] and len(context.earlier("c19")) == 1
+
+
+def test_column_grows_and_compacts():
+    column = state.Column(np.int64, capacity=2)
+    column.extend(np.arange(5))
+    column.extend([5, 6])
+    np.testing.assert_array_equal(column.values, np.arange(7))
+    column.keep(column.values % 2 == 0)
+    np.testing.assert_array_equal(column.values, [0, 2, 4, 6])
+
+
+def test_sampling_counts_give_the_list_summary():
+    rng = random.Random(7)
+    for _ in range(200):
+        params = [
+            SamplingParams(temperature=rng.choice([None, 0.0, 0.2, 0.7, 1.0, rng.random()]),
+                           top_k=rng.choice([None, 1, 50]), top_p=rng.choice([None, 0.95]))
+            for _ in range(rng.randint(0, 40))
+        ]
+        counts = state.SamplingCounts()
+        for p in params:
+            counts.add(p)
+        assert summary_from_counts(counts.counts) == sampling_summary(params)
+        temperatures = [p.temperature for p in params if p.temperature is not None]
+        if temperatures:
+            assert sampling_summary(params).temperature_p50 == float(np.percentile(temperatures, 50))
+
+
+def test_packed_overlap_counts_give_the_object_summary():
+    rng = np.random.default_rng(1)
+    objects, packed, with_context = [], [], []
+    for index in range(60):
+        prompt = rng.integers(0, 30, size=rng.integers(0, 80))
+        output = rng.integers(0, 30, size=rng.integers(1, 40))
+        context = None if index % 3 == 0 else [rng.integers(0, 30, size=20)]
+        objects.append(overlap.request_overlap(prompt, output, context))
+        packed.append(overlap.overlap_counts(prompt, output, context))
+        with_context.append(context is not None)
+    counts = np.stack(packed)
+    a = overlap.summarize_overlap(objects).to_dict()
+    b = overlap.summarize_counts(counts[:, 0], counts[:, 1], counts[:, 2], np.array(with_context)).to_dict()
+    assert_same(a, b)
+
+
+def test_replay_reservoir_stays_within_budget(monkeypatch):
+    monkeypatch.setattr(stream, "REPLAY_TOKEN_BUDGET", 1_000)
+    out = stream.Collected(seed=0)
+    rng = np.random.default_rng(0)
+    for row in range(500):
+        size = int(rng.integers(5, 20))
+        stream._keep_for_replay(out, row, np.zeros(size, np.int32), np.zeros(size, np.int32))
+    assert out.replay_seen == 500
+    assert sum(len(p) + len(o) for p, o in out.replay_inputs) == out.replay_tokens
+    assert len(out.replay_inputs) < 500 and out.replay_tokens <= 1_000 * 1.5
