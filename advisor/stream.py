@@ -89,8 +89,6 @@ class Collected:
         self.replay_rows: list[int] = []  # request index of each replay input
         self.replay_tokens = 0
         self.replay_seen = 0
-        self.text_requests = 0
-        self.completion_texts = 0
         self.rng = np.random.default_rng(seed)
         self._chains: list[prefix.PrefixBlocks | None] | None = None
 
@@ -190,13 +188,11 @@ def collect_batch(batch: list[Request], measured: list[Measured], out: Collected
         latencies.append(_nan(request.latency_s))
         logged.append(_nan(request.prompt_tokens if result.text_prompt else None))
         out.sampling.add(request.sampling)
-        out.text_requests += result.text_prompt
         if result.chain is not None:
             out.store.add(row, conversation_key(request, row), result.chain, result.chain_block_size)
         share4 = float("nan")
         if result.overlap_counts is not None:
             counts = result.overlap_counts
-            out.completion_texts += 1
             out.overlap_counts.extend(counts.ravel())
             out.overlap_with_context.extend([result.with_context])
             if counts[0, 3]:

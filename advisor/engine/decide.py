@@ -465,6 +465,7 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
         return []
     from sklearn.cluster import KMeans
     from sklearn.metrics import silhouette_score
+    from threadpoolctl import threadpool_limits
 
     scaled = matrix.copy()
     for index, name in enumerate(columns):
@@ -481,8 +482,10 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
     best: tuple[float, np.ndarray] | None = None
     distinct = len(np.unique(fit_rows, axis=0))  # KMeans warns (ConvergenceWarning) for more clusters than points
     for clusters in (k for k in (2, 3, 4) if k <= distinct):
-        model = KMeans(n_clusters=clusters, n_init=4, random_state=seed).fit(fit_rows)
-        labels = model.labels_ if fit_rows is scaled else model.predict(scaled)
+        # One thread: a 10,000 x 4 fit is milliseconds, and OpenMP threads spinning on a busy machine are not.
+        with threadpool_limits(limits=1):
+            model = KMeans(n_clusters=clusters, n_init=4, random_state=seed).fit(fit_rows)
+            labels = model.labels_ if fit_rows is scaled else model.predict(scaled)
         shares = np.bincount(labels, minlength=clusters) / len(labels)
         if shares.min() < MIN_SEGMENT_SHARE:
             continue

@@ -13,6 +13,7 @@ extensions, an output of O.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -92,16 +93,16 @@ def _mark_found(pool: np.ndarray, bounds: np.ndarray, table: np.ndarray, level_k
 
 
 @njit(cache=True, nogil=True)  # releases the GIL: replays run side by side in threads
-def _count(output: np.ndarray, pools: np.ndarray, bounds: np.ndarray, max_n: int) -> np.ndarray:
+def _count(output: np.ndarray, pools: np.ndarray, bounds: np.ndarray, max_n: int, table: np.ndarray) -> np.ndarray:
     """Row 0: the output's n-gram positions per n; row 1 + p: how many occur in pool p.
 
     `pools` concatenates the pools; pool p is segments bounds[p][0..] (a row of segment boundaries,
-    padded with its last value), so a conversation's earlier outputs stay separate segments.
+    padded with its last value), so a conversation's earlier outputs stay separate segments. `table` is
+    scratch (token id -> number, -1 elsewhere, longer than the output's largest id): set for the output's
+    vocabulary here and reset before returning, so no call pays for clearing a vocabulary-sized array.
     """
     vocabulary = np.unique(output)
     base = vocabulary.size + 1
-    # Dense token -> number table for the pool walk (vocabulary-sized, far below a log's prompt tokens).
-    table = np.full(vocabulary[-1] + 1 if vocabulary.size else 0, -1, dtype=np.int32)
     for number in range(vocabulary.size):
         table[vocabulary[number]] = number
     size = output.size
@@ -132,7 +133,21 @@ def _count(output: np.ndarray, pools: np.ndarray, bounds: np.ndarray, max_n: int
                 if found[offsets[n - 1] + numbers[n - 1, i]]:
                     hits += 1
             counts[1 + p, n - 1] = hits
+    for token in vocabulary:
+        table[token] = -1
     return counts
+
+
+_scratch = threading.local()
+
+
+def _scratch_table(output: np.ndarray) -> np.ndarray:
+    """This thread's token table for `_count`, all -1, grown to cover the output's token ids."""
+    table = getattr(_scratch, "table", None)
+    needed = int(output.max()) + 1 if output.size else 0
+    if table is None or table.size < needed:
+        table = _scratch.table = np.full(max(needed, 1 << 17), -1, dtype=np.int32)
+    return table
 
 
 def request_overlap(
@@ -165,6 +180,8 @@ def overlap_counts(
     if max_n < 1:
         raise ValueError(f"max_n must be at least 1, got {max_n}")
     output = np.asarray(output_ids, dtype=np.int64).ravel()
+    if output.size and output.min() < 0:
+        raise ValueError("token ids must be >= 0")
     prompt = np.asarray(prompt_ids, dtype=np.int64).ravel()
     earlier = [np.asarray(pool, dtype=np.int64).ravel() for pool in context or ()]
     # Row 0: the prompt as one segment; row 1: the earlier outputs, each its own segment (rows padded).
@@ -174,7 +191,7 @@ def overlap_counts(
     bounds[0, 0] = 0
     bounds[1, :] = context_bounds[-1]
     bounds[1, : context_bounds.size] = context_bounds
-    counts = _count(output, np.concatenate([prompt, *earlier]), bounds, max_n)
+    counts = _count(output, np.concatenate([prompt, *earlier]), bounds, max_n, _scratch_table(output))
     if context is None:
         counts[2] = 0
     return counts
