@@ -9,8 +9,9 @@ earlier turns in every request, so this floor is far below encoding every prompt
 Then `advise` runs end to end as a child process (CLI, engine included, JSON report to a temporary file):
 the default run and `--no-replay`, and with --workers N also the default run on N worker processes. For
 each: wall seconds, ratio floor / advise (1.0 = as fast as the tokenizer alone on distinct text; higher is
-impossible), and the child's peak RSS (os.wait4). Check `uptime` first: the ratio compares two runs on the
-same machine, so a load change between them moves it.
+impossible), the child's peak RSS (os.wait4) and its CPU seconds. For a token-free trace (nothing to
+encode) the floor is reading the log. Check `uptime` first: the ratio compares two runs on the same
+machine, so a load change between them moves it.
 
     python scripts/bench_profile.py ../shared/data/sharegpt_v3_subset.json
     python scripts/bench_profile.py /tmp/big.jsonl --workers 2      # scripts/make_big_log.py makes it
@@ -84,8 +85,9 @@ def tokenization_floor(paths: list[str], tokenizer_spec: str | None) -> Floor:
     return Floor(len(seen), tokens, encode_s, time.perf_counter() - start - encode_s)
 
 
-def run_advise(paths: list[str], extra: list[str], tokenizer_spec: str | None) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MiB) of `advise` end to end in a child process."""
+def run_advise(paths: list[str], extra: list[str], tokenizer_spec: str | None) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS in MiB, CPU seconds) of `advise` end to end in a child process (with its
+    worker processes: Linux's wait4 counts the reaped descendants too)."""
     with tempfile.TemporaryDirectory() as scratch:
         command = [sys.executable, "-c", "from advisor.cli import main; main()", "profile", *paths, "--no-progress",
                    "-o", os.path.join(scratch, "report.json"), *extra]
@@ -97,7 +99,7 @@ def run_advise(paths: list[str], extra: list[str], tokenizer_spec: str | None) -
         elapsed = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"advise {' '.join(extra)} failed with exit code {os.waitstatus_to_exitcode(status)}")
-    return elapsed, usage.ru_maxrss / 1024
+    return elapsed, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -116,14 +118,19 @@ def main() -> None:
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores")
     floor = tokenization_floor(args.logs, args.tokenizer)
     print(f"logs: {' '.join(args.logs)}")
-    print(f"floor: {floor.pieces:,} distinct pieces, {floor.tokens:,} tokens encoded once in {floor.encode_s:.2f} s"
-          f" = {floor.tokens / floor.encode_s:,.0f} tokens/s (reading and splitting apart: {floor.read_s:.2f} s)")
+    floor_s = floor.encode_s
+    if floor.pieces:
+        print(f"floor: {floor.pieces:,} distinct pieces, {floor.tokens:,} tokens encoded once in {floor.encode_s:.2f} s"
+              f" = {floor.tokens / floor.encode_s:,.0f} tokens/s (reading and splitting apart: {floor.read_s:.2f} s)")
+    else:  # a token-free trace: nothing to encode, so the floor is reading it
+        floor_s = floor.read_s
+        print(f"floor: no text in the log; reading it takes {floor_s:.2f} s")
     timings: dict[str, float] = {}
     for name, extra in runs.items():
-        seconds, peak_mib = run_advise(args.logs, extra, args.tokenizer)
+        seconds, peak_mib, cpu_s = run_advise(args.logs, extra, args.tokenizer)
         timings[name] = seconds
-        print(f"advise {name}: {seconds:.2f} s, ratio floor / advise {floor.encode_s / seconds:.3f},"
-              f" peak RSS {peak_mib:,.0f} MiB")
+        print(f"advise {name}: {seconds:.2f} s, ratio floor / advise {floor_s / seconds:.3f},"
+              f" peak RSS {peak_mib:,.0f} MiB, CPU {cpu_s:.1f} s")
     if args.workers:
         one, many = timings["default"], timings[f"default, {args.workers} workers"]
         print(f"speed-up with {args.workers} workers: {one / many:.2f}x")
