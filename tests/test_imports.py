@@ -32,6 +32,7 @@ STAGES: dict[str, int | str] = {
     "advisor.engine": ENGINE,
     "advisor.emit": EMIT,
     "advisor.profile": PROFILE,  # wires the stages together
+    "advisor.stream": PROFILE,  # the profile's streaming collection (tokenize + measure per batch, workers)
     "advisor.verify": VERIFY,
     "advisor.cli": CLI,
 }
