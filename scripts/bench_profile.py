@@ -9,7 +9,8 @@ earlier turns in every request, so this floor is far below encoding every prompt
 Then `advise` runs end to end as a child process (CLI, engine included, JSON report to a temporary file):
 the default run and `--no-replay`, and with --workers N also the default run on N worker processes. For
 each: wall seconds, ratio floor / advise (1.0 = as fast as the tokenizer alone on distinct text; higher is
-impossible), the child's peak RSS (os.wait4) and its CPU seconds. For a token-free trace (nothing to
+impossible), the child's peak RSS (os.wait4) and its CPU seconds with the CPU ratio (floor CPU / advise CPU,
+steadier than wall time when other work shares the cores; with workers it counts every process). For a token-free trace (nothing to
 encode) the floor is reading the log. Check `uptime` first: the ratio compares two runs on the same
 machine, so a load change between them moves it.
 
@@ -39,6 +40,7 @@ class Floor:
     pieces: int  # distinct text pieces
     tokens: int
     encode_s: float  # the floor: encoding the distinct pieces once
+    encode_cpu_s: float  # its CPU seconds: on a shared machine the steadier figure
     read_s: float  # reading the log and splitting it into pieces (untimed in the floor, shown apart)
 
 
@@ -49,6 +51,7 @@ def tokenization_floor(paths: list[str], tokenizer_spec: str | None) -> Floor:
     pending: list[str] = []
     tokens = 0
     encode_s = 0.0
+    encode_cpu_s = 0.0
     start = time.perf_counter()
 
     def add(text: str | None) -> None:
@@ -63,13 +66,15 @@ def tokenization_floor(paths: list[str], tokenizer_spec: str | None) -> Floor:
                     pending.append(piece)
 
     def flush() -> None:
-        nonlocal tokens, encode_s
+        nonlocal tokens, encode_s, encode_cpu_s
         began = time.perf_counter()
+        began_cpu = time.process_time()
         if tokenizer.split_invariant:
             encoded = tokenizer.encode_ordinary(pending)
         else:
             encoded = tokenizer.encode_texts(pending, special=True)
         encode_s += time.perf_counter() - began
+        encode_cpu_s += time.process_time() - began_cpu
         tokens += sum(map(len, encoded))
         pending.clear()
 
@@ -82,7 +87,7 @@ def tokenization_floor(paths: list[str], tokenizer_spec: str | None) -> Floor:
         if len(pending) >= ENCODE_BATCH:
             flush()
     flush()
-    return Floor(len(seen), tokens, encode_s, time.perf_counter() - start - encode_s)
+    return Floor(len(seen), tokens, encode_s, encode_cpu_s, time.perf_counter() - start - encode_s)
 
 
 def run_advise(paths: list[str], extra: list[str], tokenizer_spec: str | None) -> tuple[float, float, float]:
@@ -118,19 +123,20 @@ def main() -> None:
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores")
     floor = tokenization_floor(args.logs, args.tokenizer)
     print(f"logs: {' '.join(args.logs)}")
-    floor_s = floor.encode_s
+    floor_s, floor_cpu_s = floor.encode_s, floor.encode_cpu_s
     if floor.pieces:
         print(f"floor: {floor.pieces:,} distinct pieces, {floor.tokens:,} tokens encoded once in {floor.encode_s:.2f} s"
-              f" = {floor.tokens / floor.encode_s:,.0f} tokens/s (reading and splitting apart: {floor.read_s:.2f} s)")
+              f" (CPU {floor.encode_cpu_s:.2f} s) = {floor.tokens / floor.encode_s:,.0f} tokens/s"
+              f" (reading and splitting apart: {floor.read_s:.2f} s)")
     else:  # a token-free trace: nothing to encode, so the floor is reading it
-        floor_s = floor.read_s
+        floor_s = floor_cpu_s = floor.read_s
         print(f"floor: no text in the log; reading it takes {floor_s:.2f} s")
     timings: dict[str, float] = {}
     for name, extra in runs.items():
         seconds, peak_mib, cpu_s = run_advise(args.logs, extra, args.tokenizer)
         timings[name] = seconds
         print(f"advise {name}: {seconds:.2f} s, ratio floor / advise {floor_s / seconds:.3f},"
-              f" peak RSS {peak_mib:,.0f} MiB, CPU {cpu_s:.1f} s")
+              f" peak RSS {peak_mib:,.0f} MiB, CPU {cpu_s:.1f} s (CPU ratio {floor_cpu_s / cpu_s:.3f})")
     if args.workers:
         one, many = timings["default"], timings[f"default, {args.workers} workers"]
         print(f"speed-up with {args.workers} workers: {one / many:.2f}x")

@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="mean arrival rate, requests/s (default 20)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("sources", nargs="*", help=f"real logs (default: {', '.join(DEFAULT_SOURCES)} in ../shared/data)")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()
     target = parse_size(args.size)
     sources = args.sources or [str(DATA / name) for name in DEFAULT_SOURCES]
     requests = chat_requests(sources)
