@@ -31,7 +31,7 @@ OVERLAP_MAX_N = 5
 REPLAY_TOKEN_BUDGET = 12_000_000
 # Block chains kept for the prefix analysis and the APC replay (8 bytes a block; the analyses' working
 # arrays take about 30 bytes a block more); past it, a seeded sample of conversations (advisor.measure.state).
-PREFIX_BLOCK_BUDGET = 4_000_000
+PREFIX_BLOCK_BUDGET = 3_000_000
 # Earlier outputs of live conversations kept for the overlap's conversation context (4 bytes a token).
 CONTEXT_TOKEN_BUDGET = 4_000_000
 IN_FLIGHT_PER_WORKER = 2  # batches sent ahead of the one being collected
@@ -246,12 +246,15 @@ def collect(requests: Iterable[Request], options: StreamOptions, tokenizer_state
             collect_batch(batch, measure_batch(batch, options, tokenizer_state, context), out)
             if progress:
                 progress(len(batch))
-        return out
-    with _WorkerPool(workers, options, tokenizer_state) as pool:
-        for batch, measured in pool.map(_batches(requests)):
-            collect_batch(batch, measured, out)
-            if progress:
-                progress(len(batch))
+    else:
+        with _WorkerPool(workers, options, tokenizer_state) as pool:
+            for batch, measured in pool.map(_batches(requests)):
+                collect_batch(batch, measured, out)
+                if progress:
+                    progress(len(batch))
+    # The whole-log analyses that follow need the memory more than the piece cache does.
+    if "request_tokenizer" in tokenizer_state:
+        tokenizer_state["request_tokenizer"].clear_cache()
     return out
 
 

@@ -125,6 +125,10 @@ class RequestTokenizer:
         self._prefix = np.asarray(tokenizer.completion_prefix, dtype=np.int32)
         self._suffix = np.asarray(tokenizer.completion_suffix, dtype=np.int32)
 
+    def clear_cache(self) -> None:
+        """Drops the piece cache (its memory goes back): for when no more requests will come."""
+        self._cache = _PieceCache(self._cache.max_bytes)
+
     def tokenize(self, requests: Sequence[Request]) -> list[TokenizedRequest]:
         """Token ids for one batch of requests; all cache misses of the batch are encoded in one call."""
         plans: list[tuple[list | None, list | None]] = []
