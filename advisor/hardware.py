@@ -97,6 +97,10 @@ _MODELS: tuple[ModelSpec, ...] = (
               _hf("Qwen/Qwen2.5-7B-Instruct"), family="qwen2.5"),
     ModelSpec("Qwen/Qwen2.5-0.5B-Instruct", 896, 24, 14, 2, 64, 4864, 151936, True, 32768,
               _hf("Qwen/Qwen2.5-0.5B-Instruct"), family="qwen2.5"),
+    ModelSpec("Qwen/Qwen2.5-1.5B-Instruct", 1536, 28, 12, 2, 128, 8960, 151936, True, 32768,
+              _hf("Qwen/Qwen2.5-1.5B-Instruct"), family="qwen2.5"),
+    ModelSpec("Qwen/Qwen2.5-14B-Instruct", 5120, 48, 40, 8, 128, 13824, 152064, False, 32768,
+              _hf("Qwen/Qwen2.5-14B-Instruct"), family="qwen2.5"),
     ModelSpec("Qwen/Qwen3-8B", 4096, 36, 32, 8, 128, 12288, 151936, False, 40960,
               _hf("Qwen/Qwen3-8B"), family="qwen3"),
     ModelSpec("Qwen/Qwen3-32B", 5120, 64, 64, 8, 128, 25600, 151936, False, 40960,
@@ -129,7 +133,7 @@ H200_MEASURED_MODEL = replace(
     MODELS["meta-llama/llama-3.1-8b"],
     name="llama-3.1-8b-shape-vocab-151669",
     vocab_size=151669,
-    source="/work/shared/reference/gpu-h200-measurements.md (Setup)",
+    source="H200 measurements, vLLM 0.26.0 (advisor/data/measurements/README.md)",
 )
 
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"

@@ -4,7 +4,7 @@ Each rule catches a mistake that either stops vLLM 0.33 from starting (removed f
 speculative config is a pydantic model with extra="forbid") or, worse, starts a server or benchmark that
 silently measures something else (`enable-prefix-caching: false` in YAML is ignored, `--request-rate inf`,
 oversampled datasets that create artificial prefix hits). Every finding says why and how to fix it.
-Facts: /work/shared/reference/vllm-0.33.md; the rule table is in docs/engine.md.
+Facts: the project's vLLM 0.33 reference notes (vllm-0.33.md); the rule table is in docs/engine.md.
 """
 from __future__ import annotations
 

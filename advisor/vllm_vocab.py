@@ -2,7 +2,7 @@
 
 The lowest layer of the package (beside `errors`, `record` and `report`): the replays, lint, the engine and
 the emitters all speak it, so it imports nothing of the pipeline. Facts from vLLM 0.33's own source
-(`vllm/config/speculative.py`, `vllm/config/cache.py`) and /work/shared/reference/vllm-0.33.md.
+(`vllm/config/speculative.py`, `vllm/config/cache.py`) and the project's vLLM 0.33 reference notes (vllm-0.33.md).
 """
 from __future__ import annotations
 

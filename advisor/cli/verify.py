@@ -14,9 +14,6 @@ from advisor.verify.plan import MODES, SPECULATIVE
 from advisor.verify.session import VerifyOptions, dry_run_script, prepare, run_verify
 from advisor.verify.verdict import REFUTED
 
-DEFAULT_VLLM_PYTHON = "/work/vllm-venv/bin/python"
-
-
 def _json_object(_ctx: click.Context, _param: click.Parameter, value: str | None) -> dict | None:
     if value is None:
         return None
@@ -43,8 +40,10 @@ def _rate(_ctx: click.Context, _param: click.Parameter, value: str | None) -> fl
 
 @click.command("verify")
 @click.argument("logs", nargs=-1, required=True)
-@click.option("--model", required=True, help="Model to serve: a local folder (no hub access here).")
-@click.option("--tokenizer", help="Tokenizer folder (default: the model folder).")
+@click.option("--model", required=True,
+              help="Model to serve, as `vllm serve` takes it: a Hugging Face id (from the serving host's cache) or a folder.")
+@click.option("--tokenizer", help="Tokenizer (folder, tokenizer.json or cached HF id; default: the model's, resolved "
+                                  "offline as the profile resolves it).")
 @click.option("--compare", "mode", type=click.Choice(MODES), default=SPECULATIVE, show_default=True,
               help="What the arms differ in: the speculative config, or prefix caching off (baseline) vs on.")
 @click.option("--speculative-config", callback=_json_object, help="Candidate's --speculative-config JSON.")
@@ -53,7 +52,11 @@ def _rate(_ctx: click.Context, _param: click.Parameter, value: str | None) -> fl
                    "--speculative-config is given) and its predictions are compared with the measurements.")
 @click.option("--trials", type=int, default=2, show_default=True, help="Trials; each runs baseline then candidate.")
 @click.option("--max-requests", type=int, help="Replay only the first N usable requests of the logs.")
-@click.option("--max-model-len", type=int, help="Skip requests whose prompt + output exceed this (the server's limit).")
+@click.option("--max-model-len", type=int,
+              help="Both servers' --max-model-len; requests whose prompt + output exceed it are skipped.")
+@click.option("--gpu-memory-utilization", type=click.FloatRange(0.0, 1.0, min_open=True),
+              help="Both servers' --gpu-memory-utilization (GPU builds).")
+@click.option("--tensor-parallel-size", type=click.IntRange(min=1), help="Both servers' --tensor-parallel-size.")
 @click.option("--request-rate", callback=_rate, help="Requests/s (default: the logs' observed rate; 'inf' = all at once).")
 @click.option("--burstiness", type=float, help="Gamma shape of arrivals (default: from the logs' inter-arrival CV).")
 @click.option("--max-concurrency", type=int, help="Requests in flight at most (default: the logs' observed peak).")
@@ -69,21 +72,33 @@ def _rate(_ctx: click.Context, _param: click.Parameter, value: str | None) -> fl
 @click.option("--history", type=click.Path(dir_okay=False, path_type=Path),
               help="JSON Lines file the record is appended to (default: history.jsonl beside the run folder).")
 @click.option("--format", "fmt", help="Log format (default: detected).")
+@click.option("--vllm", "vllm_command",
+              help="The vLLM command, shell-quoted (default: `vllm` on PATH, else `python -m "
+                   "vllm.entrypoints.cli.main` when this python imports vllm), e.g. --vllm '/opt/venv/bin/vllm'.")
 @click.option("--vllm-python", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=lambda: os.environ.get("ADVISOR_VLLM_PYTHON", DEFAULT_VLLM_PYTHON), show_default=DEFAULT_VLLM_PYTHON,
-              help="Python of the venv with vLLM (scripts/setup_vllm_cpu.sh); env ADVISOR_VLLM_PYTHON.")
-@click.option("--kv-cache-gib", type=float, default=1.0, show_default=True, help="VLLM_CPU_KVCACHE_SPACE (CPU builds).")
+              default=lambda: os.environ.get("ADVISOR_VLLM_PYTHON") or None,
+              help="Python of a venv with vLLM: its `vllm` is used (env ADVISOR_VLLM_PYTHON; the test suite's setup).")
+@click.option("--kv-cache-gib", type=float, default=1.0, show_default=True,
+              help="KV-cache size of vLLM's CPU build (VLLM_CPU_KVCACHE_SPACE); GPU builds ignore it.")
+@click.option("--synthetic-acceptance", is_flag=True,
+              help="Cost-only candidate: vLLM accepts drafts at the per-position rates the profile's replay "
+                   "measured (\"rejection_sample_method\": \"synthetic\"), for methods whose draft weights are not "
+                   "at hand or with dummy weights. Needs --recommendation; the record says the arm was synthetic.")
 @click.option("--min-effect", type=float, default=0.02, show_default=True,
               help="Smallest gain (fraction) of the primary metric that counts as confirmed (TPOT; TTFT for apc).")
-@click.option("--ready-timeout", type=float, default=900.0, show_default=True, help="Seconds for a server to become ready.")
-@click.option("--dry-run", is_flag=True, help="Print the plan as a runnable shell script and run nothing.")
+@click.option("--ready-timeout", type=float, default=900.0, show_default=True,
+              help="Seconds for a server to become ready (weight loading, compilation, CUDA-graph capture).")
+@click.option("--dry-run", is_flag=True,
+              help="Write the dataset into --out and print the plan as a runnable shell script for the serving "
+                   "host; needs no vLLM, model files or GPU here.")
 def verify_command(logs: tuple[str, ...], model: str, tokenizer: str | None, mode: str, speculative_config: dict | None,
                    recommendation: Path | None, trials: int, max_requests: int | None, max_model_len: int | None,
                    request_rate: float | None, burstiness: float | None, max_concurrency: int | None,
                    temperature: float | None, seed: int, serve_args: tuple[str, ...], baseline_url: str | None,
                    candidate_url: str | None, out_dir: Path | None, history: Path | None, fmt: str | None,
-                   vllm_python: Path, kv_cache_gib: float, min_effect: float, ready_timeout: float,
-                   dry_run: bool) -> None:
+                   gpu_memory_utilization: float | None, tensor_parallel_size: int | None,
+                   vllm_command: str | None, vllm_python: Path | None, kv_cache_gib: float,
+                   synthetic_acceptance: bool, min_effect: float, ready_timeout: float, dry_run: bool) -> None:
     """A/B a speculative config against the same server without it (or, with --compare apc, prefix caching
     on against off), replaying LOGS with `vllm bench serve`.
 
@@ -94,18 +109,23 @@ def verify_command(logs: tuple[str, ...], model: str, tokenizer: str | None, mod
     if mode == SPECULATIVE and speculative_config is None and recommendation is None:
         raise ConfigError("nothing to verify: pass --speculative-config JSON or --recommendation report.json")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    shared = [arg for group in serve_args for arg in shlex.split(group)]
+    for flag, value in (("--max-model-len", max_model_len), ("--gpu-memory-utilization", gpu_memory_utilization),
+                        ("--tensor-parallel-size", tensor_parallel_size)):
+        if value is not None:
+            shared += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     options = VerifyOptions(
-        logs=logs, model=model, out_dir=(out_dir or Path("advise-verify") / stamp).resolve(), vllm_python=vllm_python,
-        mode=mode,
+        logs=logs, model=model, out_dir=(out_dir or Path("advise-verify") / stamp).resolve(), vllm=vllm_command,
+        vllm_python=vllm_python, mode=mode, synthetic_acceptance=synthetic_acceptance,
         speculative_config=speculative_config, recommendation=recommendation, tokenizer=tokenizer, fmt=fmt,
         trials=trials, max_requests=max_requests, max_model_len=max_model_len, request_rate=request_rate,
         burstiness=burstiness, max_concurrency=max_concurrency, temperature=temperature, seed=seed,
-        serve_args=tuple(arg for group in serve_args for arg in shlex.split(group)), kv_cache_gib=kv_cache_gib,
+        serve_args=tuple(shared), kv_cache_gib=kv_cache_gib,
         baseline_url=baseline_url, candidate_url=candidate_url, history=history, min_effect=min_effect,
         ready_timeout_s=ready_timeout,
     )
     if dry_run:
-        click.echo(dry_run_script(prepare(options)), nl=False)
+        click.echo(dry_run_script(prepare(options, dry_run=True)), nl=False)
         return
     record, record_path, summary_path = run_verify(options, progress=lambda message: click.echo(message, err=True))
     verdict = record["verdict"]

