@@ -12,6 +12,7 @@ import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,8 @@ from advisor.report import (
     Apc,
     Arrivals,
     Disabled,
+    DraftRef,
+    DraftReplay,
     Ingest,
     InputFile,
     Lengths,
@@ -49,6 +52,7 @@ HEADLINE_REPLAYS = (
 )
 
 Progress = stream.Progress
+DRAFT_HEADLINE_K = 4  # the draft_model replay shown beside the ngram and suffix headlines (all k are swept)
 
 
 @dataclass(frozen=True)
@@ -64,11 +68,12 @@ class Profile:
     features: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def build_profile(options: ProfileOptions, progress: Progress | None = None, workers: int = 1) -> Profile:
+def build_profile(options: ProfileOptions, progress: Progress | None = None,
+                  draft_progress: Callable[[int, int], None] | None = None, workers: int = 1) -> Profile:
     """Reads, tokenizes and measures the logs; returns the report (and recommendation unless disabled).
 
     `workers` processes tokenize and measure (the same report as one: it only changes the speed).
-
+    `draft_progress(tokens_done, tokens_total)` follows the draft models' forward passes.
     Raises AdvisorError subclasses: InputError (nothing usable), BadRecordError (--strict), TokenizerError.
     """
     if options.speculative_config is not None:
@@ -77,19 +82,26 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None, wor
         normalize_config(options.speculative_config)  # fail before reading gigabytes of logs
     ingest_stats = IngestStats()
     tokenizer_state: dict[str, Any] = {}
+    runners = _draft_runners(options, tokenizer_state)  # refuse a missing extra or a wrong draft before reading
     requests = read_requests(
         list(options.paths), options.fmt, strict=options.strict, hash_block_size=options.hash_block_size, stats=ingest_stats
     )
-    collected = stream.collect(requests, stream.StreamOptions(
-        tokenizer=options.tokenizer, model=options.model, block_size=options.block_size,
-        hash_block_size=options.hash_block_size, seed=options.seed,
-    ), tokenizer_state, workers, progress)
+    collected = stream.collect(requests, _stream_options(options), tokenizer_state, workers, progress)
 
     report = _assemble(options, ingest_stats, collected, tokenizer_state)
+    if runners and collected.replay_inputs:
+        report = _with_draft_replays(report, runners, collected, options, draft_progress)
     features = _features(collected)
     if options.recommend:
         report = recommend(report, features)
     return Profile(report=report, features=features)
+
+
+def _stream_options(options: ProfileOptions) -> stream.StreamOptions:
+    return stream.StreamOptions(
+        tokenizer=options.tokenizer, model=options.model, block_size=options.block_size,
+        hash_block_size=options.hash_block_size, seed=options.seed,
+    )
 
 
 def recommend(report: Report, features: dict[str, np.ndarray] | None = None) -> Report:
@@ -343,6 +355,8 @@ def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions) ->
     headline = [specreplay.normalize_config(config) for config in HEADLINE_REPLAYS]
     if options.speculative_config is not None:
         headline = [specreplay.normalize_config(options.speculative_config)]
+        if headline[0]["method"] == specreplay.DRAFT_METHOD:
+            return (), ()  # replayed with its draft (_with_draft_replays)
     if options.sweep and options.speculative_config is None:
         suffix_ks = sorted({*specreplay.SWEEP_KS, *(c["num_speculative_tokens"] for c in headline if c["method"] == "suffix")})
         swept = specreplay.sweep(
@@ -361,6 +375,84 @@ def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions) ->
         return section(Replay, {**result.to_dict(), "token_budget_sampled": budget_sampled}, "replay")
 
     return tuple(entry(r) for r in replays), tuple(entry(r) for r in sweep)
+
+
+def _draft_requests(options: ProfileOptions) -> list[tuple[str, tuple[int, ...], int]]:
+    """(draft, k values to replay, headline k) per draft: --draft drafts sweep k = 1..8 (one forward pass
+    serves every k); a draft_model --speculative-config replays its own k only."""
+    from advisor.measure.specreplay import DRAFT_METHOD, SWEEP_KS, normalize_config
+
+    config = normalize_config(options.speculative_config) if options.speculative_config is not None else None
+    if config is not None and config["method"] == DRAFT_METHOD:
+        k = config["num_speculative_tokens"]
+        return [(config["model"], (k,), k)]
+    if not options.replay:
+        return []
+    ks = tuple(sorted({*SWEEP_KS, DRAFT_HEADLINE_K})) if options.sweep else (DRAFT_HEADLINE_K,)
+    return [(name, ks, DRAFT_HEADLINE_K) for name in options.drafts]
+
+
+def _draft_runners(options: ProfileOptions, tokenizer_state: dict[str, Any]) -> list[tuple]:
+    """(loaded draft, ks, headline k, compatibility checks passed) per draft; raises ConfigError naming the
+    `advise[draft]` extra when torch is missing, or the reason a draft cannot serve the target."""
+    drafts = _draft_requests(options)
+    if not drafts:
+        return []
+    from advisor.hardware import find_model
+    from advisor.measure.draft import DraftRunner, check_compatible, require_torch
+
+    require_torch()
+    target = find_model(options.model)
+    backend = getattr(stream.load_request_tokenizer(_stream_options(options), tokenizer_state).tokenizer, "backend", None)
+    target_vocab = backend.get_vocab(with_added_tokens=True) if backend is not None else None
+    runners = []
+    for name, ks, headline in drafts:
+        runner = DraftRunner(name)
+        checks = check_compatible(runner.info, target.vocab_size if target else None, target_vocab)
+        runner.load()
+        runners.append((runner, ks, headline, checks))
+    return runners
+
+
+def _with_draft_replays(report: Report, runners: list, c: stream.Collected, options: ProfileOptions,
+                        progress: Callable[[int, int], None] | None) -> Report:
+    """Measured draft_model acceptance beside the lookup replays: the headline k in `replay`, every k in
+    `replay_sweep` (each entry carries the draft's size for the engine's cost model), and the measurement
+    itself (sample, throughput, compatibility) in `draft_replay`."""
+    from advisor.measure.draft import measure_draft
+    from advisor.measure.specreplay import draft_replays
+
+    greedy = report.sampling.greedy_share == 1.0 and not report.sampling.temperature_missing_share
+    replays, sweep, sections = list(report.replay), list(report.replay_sweep), []
+    for runner, ks, headline, checks in runners:
+        measured = measure_draft(runner, c.replay_inputs, ks, checks, options.max_draft_requests, options.seed,
+                                 progress=progress)
+        draft = DraftRef(runner.info.name, runner.info.params)
+        for result in draft_replays(measured, ks, options.seed, greedy):
+            entry = replace(section(Replay, {**result.to_dict(), "token_budget_sampled":
+                                             len(c.replay_inputs) < c.replay_seen}, "replay"), draft=draft)
+            if result.config["num_speculative_tokens"] == headline:
+                replays.append(entry)
+            if len(ks) > 1:
+                sweep.append(entry)
+        speed = measured.tokens_per_s
+        sections.append(DraftReplay(
+            **runner.info.to_dict(),
+            dtype=measured.dtype,
+            compatibility=measured.compatibility,
+            requests_replayed=int(len(measured.chosen)),
+            population_requests=measured.fitting_requests,
+            skipped_too_long=measured.skipped_too_long,
+            tokens_forwarded=measured.tokens_forwarded,
+            seconds=measured.seconds,
+            tokens_per_s=speed,
+            full_run_cpu_s=measured.population_tokens / speed if speed else None,
+            greedy=greedy,
+            note=None if greedy else (
+                "the log does not show greedy decoding for every request: the draft's greedy acceptance is an "
+                "upper-bound estimate for sampled traffic"),
+        ))
+    return replace(report, replay=tuple(replays), replay_sweep=tuple(sweep), draft_replay=tuple(sections))
 
 
 def _features(c: stream.Collected) -> dict[str, np.ndarray]:

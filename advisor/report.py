@@ -24,7 +24,7 @@ import orjson
 from advisor.errors import InputError
 from advisor.vllm_vocab import DEFAULT_GPU_MEMORY_UTILIZATION
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class ReportError(InputError):
@@ -57,6 +57,8 @@ class ProfileOptions:
     hash_block_size: int = 512  # tokens per entry of a trace's hash_ids (Mooncake)
     block_size: int = 16  # vLLM's KV block size: 16 on GPU, 128 on vLLM's CPU backend
     speculative_config: dict | None = None  # replay exactly this config instead of the sweep
+    drafts: tuple[str, ...] = ()  # draft models to replay as draft_model (--draft; torch, advise[draft])
+    max_draft_requests: int | None = 64  # the draft's teacher-forced passes run on a seeded sample
     replay: bool = True  # ngram/suffix replays (and the APC simulation)
     sweep: bool = True
     max_replay_requests: int | None = 20_000
@@ -300,10 +302,19 @@ class Interval:
 
 
 @dataclass(frozen=True)
+class DraftRef:
+    """The draft behind a measured draft_model replay, as the engine's cost model needs it."""
+
+    model: str
+    params: int
+
+
+@dataclass(frozen=True)
 class Replay:
     """advisor.measure.specreplay.SpecReplay: what vLLM's speculative counters would report.
 
     `token_budget_sampled`: the profile kept token ids for only part of the requests (its memory budget).
+    `draft`: set for a draft_model replay (advisor.measure.draft).
     """
 
     method: str
@@ -325,6 +336,32 @@ class Replay:
     sampling: str
     confidence_95: dict[str, Interval]
     token_budget_sampled: bool
+    draft: DraftRef | None = None
+
+
+@dataclass(frozen=True)
+class DraftReplay:
+    """One draft's teacher-forced replay (advisor.measure.draft): the draft, the sample it ran on, its
+    measured speed on this CPU and the CPU time a full replay would take, the compatibility checks passed.
+    Its acceptance per k is in `replay` / `replay_sweep` (entries with `draft`)."""
+
+    model: str
+    path: str
+    params: int
+    vocab_size: int
+    max_model_len: int
+    num_layers: int
+    dtype: str
+    compatibility: tuple[str, ...]
+    requests_replayed: int
+    population_requests: int
+    skipped_too_long: int
+    tokens_forwarded: int
+    seconds: float | None
+    tokens_per_s: float | None
+    full_run_cpu_s: float | None
+    greedy: bool
+    note: str | None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -518,6 +555,7 @@ class Report:
     replay_sweep: tuple[Replay, ...]
     disabled_analyses: tuple[Disabled, ...]
     recommendation: Recommendation | None = None
+    draft_replay: tuple[DraftReplay, ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     @property

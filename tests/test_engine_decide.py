@@ -192,3 +192,40 @@ def test_tpot_by_concurrency_applies_the_per_batch_size_table() -> None:
         assert rows[concurrency].speculative_tpot_ms == round(expected, 3)
     largest_k = closed_loop_point(cost, workload, 256, points[table[0][2]]).tpot_ms
     assert rows[256].speculative_tpot_ms != round(largest_k, 3)
+
+
+def _draft_entries(p: float, params: int) -> list[dict]:
+    """A measured draft_model sweep (k = 1..8, a draft at every step), as advisor.profile writes it."""
+    from engine_reports import replay_entry
+
+    entries = []
+    for k in range(1, 9):
+        entry = replay_entry("draft_model", k, p, 1.0, {"model": "/models/my-draft"})
+        entry["draft"] = {"model": "/models/my-draft", "params": params}
+        entries.append(entry)
+    return entries
+
+
+def test_measured_draft_competes_with_lookup_and_pays_for_its_own_forwards() -> None:
+    from advisor.engine.load import point_from_replay
+
+    chat = {**CHAT_MULTITURN, "rate": 0.3, "peak": 0.6}
+    cheap = _draft_entries(0.8, 200_000_000)
+    cheap_report = report(**{**chat, "replay": chat["replay"] + cheap})
+    result = decide(cheap_report)
+    drafts = [c for c in result.candidates if c.method == "draft_model"]
+    assert len(drafts) == 1 and drafts[0].from_replay and "exact draft_model replay" in drafts[0].source
+    assert result.speculative_config["method"] == "draft_model"  # high measured acceptance beats chat's lookups
+    # The same acceptance from a draft as large as the target costs k target-sized forwards: it must lose.
+    heavy = decide(report(**{**chat, "replay": chat["replay"] + _draft_entries(0.8, 8_000_000_000)}))
+    heavy_draft = next(c for c in heavy.candidates if c.method == "draft_model")
+    # (compared by TPOT: the heavy draft may pick a smaller k, so its steps need not be longer)
+    assert heavy_draft.typical.tpot_ms > drafts[0].typical.tpot_ms
+    assert heavy.speculative_config is None or heavy.speculative_config["method"] != "draft_model"
+    point = point_from_replay(next(e for e in cheap_report.replay_sweep if e.method == "draft_model"))
+    assert point.draft is not None and point.draft.draft_params == 0.2e9 and point.async_scheduling
+
+
+def test_priors_for_heads_are_said_to_be_priors() -> None:
+    result = decide(report(**RAG_SUMMARIZATION, model=LLAMA))
+    assert any(line.startswith("eagle3") and "published priors" in line for line in result.evidence)

@@ -28,6 +28,25 @@ def _speculative_config(_ctx: click.Context, _param: click.Parameter, value: str
     return config
 
 
+class _DraftBar:
+    """Renders the draft models' forward passes (tokens done of total) as one bar per draft on stderr."""
+
+    def __init__(self) -> None:
+        self.bar = None
+        self.done = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = click.progressbar(length=total, label="draft tokens", file=sys.stderr, show_pos=True)
+            self.bar.__enter__()
+            self.done = 0
+        self.bar.update(done - self.done)
+        self.done = done
+        if done >= total:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("logs", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Log format (default: detected per file).")
@@ -45,6 +64,10 @@ def _speculative_config(_ctx: click.Context, _param: click.Parameter, value: str
               help="Tokens per hash id in Mooncake / timed_trace logs.")
 @click.option("--speculative-config", "speculative_config", callback=_speculative_config,
               help="Replay exactly this JSON speculative config (as vllm serve takes it) instead of the sweep.")
+@click.option("--draft", "drafts", multiple=True, metavar="MODEL",
+              help="Replay this draft model as draft_model (folder or cached HF id; repeatable). Needs advise[draft].")
+@click.option("--max-draft-requests", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Run each draft over a seeded sample of this many requests (with 95% intervals).")
 @click.option("--no-replay", is_flag=True, help="Skip the ngram/suffix replays (and with them the sweep).")
 @click.option("--no-sweep", is_flag=True, help="Skip the k / lookup-window sweep (faster).")
 @click.option("--max-replay-requests", type=click.IntRange(1, limits.MAX_REPLAY_REQUESTS), default=20_000, show_default=True,
@@ -60,7 +83,8 @@ def _speculative_config(_ctx: click.Context, _param: click.Parameter, value: str
               help="Processes that tokenize and measure (the report is the same; only the speed changes).")
 def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokenizer: str | None, model: str | None,
                     gpu: str | None, tp: int, max_num_seqs: int | None, request_rate: float | None,
-                    block_size: int, hash_block_size: int, speculative_config: dict | None, no_replay: bool,
+                    block_size: int, hash_block_size: int, speculative_config: dict | None, drafts: tuple[str, ...],
+                    max_draft_requests: int, no_replay: bool,
                     no_sweep: bool, max_replay_requests: int, no_recommend: bool, as_json: bool, out: str | None,
                     checklist: str | None, html_path: str | None, no_progress: bool, workers: int) -> None:
     """Profile LOGS (files, .gz, or - for stdin) and advise on APC and speculative decoding."""
@@ -68,19 +92,24 @@ def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokeni
 
     if speculative_config is not None and no_replay:
         raise ConfigError("--speculative-config asks for a replay: drop --no-replay")
+    if drafts and no_replay:
+        raise ConfigError("--draft asks for a replay: drop --no-replay")
+    if drafts and speculative_config is not None:
+        raise ConfigError("--draft replays beside the sweep; --speculative-config replays one config: pick one")
     if checklist and no_recommend:
         raise ConfigError("--checklist needs the recommendation: drop --no-recommend")
     options = ProfileOptions(
         paths=logs, fmt=fmt, strict=strict, tokenizer=tokenizer, model=model, gpu=gpu, tp=tp, max_num_seqs=max_num_seqs,
         request_rate=request_rate, block_size=block_size,
-        hash_block_size=hash_block_size, speculative_config=speculative_config, replay=not no_replay,
+        hash_block_size=hash_block_size, speculative_config=speculative_config, drafts=drafts,
+        max_draft_requests=max_draft_requests, replay=not no_replay,
         sweep=not no_sweep,
         max_replay_requests=max_replay_requests, recommend=not no_recommend,
     )
     show_bar = not no_progress and sys.stderr.isatty() and "-" not in logs
     if show_bar:
         with click.progressbar(length=None, label="requests", file=sys.stderr, show_pos=True) as bar:  # type: ignore[arg-type]
-            profile = build_profile(options, progress=bar.update, workers=workers)
+            profile = build_profile(options, progress=bar.update, draft_progress=_DraftBar(), workers=workers)
     else:
         profile = build_profile(options, workers=workers)
     write_outputs(profile.report, as_json=as_json, out=out, checklist=checklist, html=html_path)

@@ -137,12 +137,23 @@ def render_terminal(report: Report, style: bool = False) -> str:
                 f" mean acceptance length {_fmt(rep.mean_acceptance_length, digits=2)},"
                 f" drafts on {_pct(rep.draft_step_share)} of steps, {_fmt(rep.tokens_per_step, digits=2)} tokens/step"
             )
+    for draft in report.draft_replay:
+        out.line(
+            f"  draft {draft.model}: {draft.requests_replayed:,} of {draft.population_requests:,} requests "
+            f"replayed ({draft.skipped_too_long:,} longer than its {draft.max_model_len:,} tokens skipped), "
+            f"{_fmt(draft.tokens_per_s, ' tokens/s', 0)} on this CPU ({draft.dtype}); a full run would take "
+            f"{_fmt((draft.full_run_cpu_s or 0) / 60, ' CPU-min', 1)}"
+        )
+        if draft.note:
+            out.warn(draft.note)
     if report.replay_sweep:
         rows: dict[str, dict[int, float | None]] = {}
         for rep in report.replay_sweep:
             config = rep.config
             if rep.method == "suffix":
                 name = "suffix (vLLM defaults)"
+            elif rep.method == "draft_model":
+                name = "draft " + str(config.get("model", "")).rstrip("/").rsplit("/", 1)[-1][:18]
             else:
                 name = f"{rep.method} window {config.get('prompt_lookup_min')}-{config.get('prompt_lookup_max')}"
             rows.setdefault(name, {})[config["num_speculative_tokens"]] = rep.tokens_per_step

@@ -192,6 +192,11 @@ def peak_rate(arrivals: doc.Arrivals) -> float:
     return float(arrivals.mean_rate_rps or 0.0)
 
 
+def measured_drafts(report: Report) -> set[tuple[str, str]]:
+    """(method, model) of the drafts whose acceptance the profile measured (draft_model replays)."""
+    return {(entry.method, entry.config.get("model")) for entry in report.replay if entry.draft is not None}
+
+
 def _replay_groups(report: Report) -> dict[str, list[SpecPoint]]:
     """Replayed settings grouped by proposer settings other than k (one group = one deployable config)."""
     groups: dict[str, list[SpecPoint]] = {}
@@ -378,6 +383,20 @@ def _evidence(report: Report, workload: Workload, cost: CostModel, chosen: Price
             f"(blocks of {prefix.block_size}, {_pct(prefix.requests_with_hit_share or 0)} of requests hit); "
             "APC stays on; it only shortens prefill"
         )
+    for draft in report.draft_replay:
+        lines.append(
+            f"draft_model {draft.model}: acceptance measured by a teacher-forced greedy replay of "
+            f"{draft.requests_replayed} requests; its {draft.params / 1e6:.0f}M parameters cost k draft "
+            "forwards per target step in the cost model"
+            + ("" if draft.greedy else " (greedy figure: an upper bound if the traffic samples)")
+        )
+    heads = sorted({c.method for c in candidates if c.method in ("eagle3", "mtp", "dflash") and not c.from_replay})
+    if heads:
+        lines.append(
+            f"{', '.join(heads)}: published priors, not measured (these heads read the target's hidden states, "
+            "which a log does not hold); offered only where compatible: a head known for the target's family, "
+            "native MTP layers in its config"
+        )
     for candidate in candidates:
         if candidate is not chosen and not candidate.from_replay and candidate.speedup_typical >= MIN_SPEEDUP:
             lines.append(f"{candidate.name} would give {candidate.speedup_typical:.2f}x by a published prior "
@@ -555,11 +574,12 @@ def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc
     groups = _replay_groups(report)
     for points in groups.values():
         candidates.append(_candidate_for_group(points, cost, workload, max_batch, baseline))
+    measured = measured_drafts(report)
     if model_given:
         for draft in drafts_for(model):
             prior = prior_for(draft.method, model)
-            if prior is None:
-                continue
+            if prior is None or (draft.method, draft.model) in measured:
+                continue  # a draft measured on these logs replaces its prior
             candidates.append(_candidate_for_group(points_from_prior(prior, draft), cost, workload, max_batch, baseline))
     apc_off_typical = evaluate(cost, workload, workload.typical_rate, None, max_batch, apc=False)
     apc_off_peak = evaluate(cost, workload, workload.peak_rate, None, max_batch, apc=False)

@@ -59,6 +59,7 @@ def point_from_replay(entry: Replay) -> SpecPoint | None:
     steps = entry.num_output_tokens / entry.tokens_per_step
     k = int(config.get("num_speculative_tokens") or config.get("suffix_decoding_max_tree_depth") or 0)
     return SpecPoint(
+        draft=measured_draft(entry),
         method=entry.method,
         k=k,
         config=config,
@@ -69,6 +70,16 @@ def point_from_replay(entry: Replay) -> SpecPoint | None:
         mean_acceptance_length=entry.mean_acceptance_length,
         draft_step_share=entry.draft_step_share,
     )
+
+
+def measured_draft(entry: Replay) -> DraftSpec | None:
+    """The draft of a measured draft_model replay (advisor.measure.draft), sized from its own weights, so the
+    cost model counts its k forwards per target step (`CostModel.draft_ms`); None for lookup proposers."""
+    draft = entry.draft
+    if entry.method != "draft_model" or draft is None:
+        return None
+    return DraftSpec("draft_model", draft.model, (), float(draft.params), False,
+                     f"{draft.model}: {draft.params:,} parameters counted from its weights")
 
 
 def points_from_prior(prior: AcceptancePrior, draft: DraftSpec) -> list[SpecPoint]:

@@ -42,6 +42,34 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)
 _MIX2 = np.uint64(0xBF58476D1CE4E5B9)
 
 
+@njit(cache=True, inline="always")
+def count_step(counters: np.ndarray, per_pos: np.ndarray, t: int, total: int, length: int, matched: int) -> int:
+    """Counts one target step at context length t (of `total` tokens) with a draft of `length` tokens whose
+    first `matched` tokens equal the logged continuation; returns the accepted tokens (the step emits
+    accepted + 1). The one copy of vLLM's per-step counting for every proposer replay (ngram, suffix,
+    draft model): `counters` is one request's row of the columns above, `per_pos` its per-position counts.
+
+    A step without draft tokens (length 0) is a decode step but not a draft (vLLM's observe_draft skips
+    it). When the draft matched every remaining logged token and was longer, TAIL_AT/TAIL_LEN record it.
+    """
+    counters[DECODE_STEPS] += 1
+    counters[LAST_CONTEXT] = t
+    counters[MAX_SLOTS] = max(counters[MAX_SLOTS], t)
+    if length <= 0:
+        return 0
+    accepted = min(length, matched, total - t)
+    if accepted == total - t and length > accepted:
+        counters[TAIL_AT] = accepted
+        counters[TAIL_LEN] = length
+    counters[MAX_SLOTS] = max(counters[MAX_SLOTS], t + length)
+    counters[DRAFTS] += 1
+    counters[DRAFT_TOKENS] += length
+    counters[ACCEPTED] += accepted
+    for pos in range(accepted):
+        per_pos[pos] += 1
+    return accepted
+
+
 @njit(cache=True)
 def _first_starts(tokens: np.ndarray, max_n: int) -> np.ndarray:
     """first[j, n-1] = start of the first occurrence of the n-gram tokens[j-n+1 : j+1] (-1 when j < n-1).
@@ -144,25 +172,12 @@ def _replay_one(
             counters[w, ki, MAX_SLOTS] = prompt_len
             t = prompt_len + 1
             while t < total:
-                counters[w, ki, DECODE_STEPS] += 1
-                counters[w, ki, LAST_CONTEXT] = t
-                counters[w, ki, MAX_SLOTS] = max(counters[w, ki, MAX_SLOTS], t)
                 step = t - prompt_len
-                accepted = 0
+                length = 0
                 if draft_start[w, step] >= 0 and t < max_model_len:
                     length = min(k, max_model_len - t, available[w, step])
                     length = min(length, max_model_len - t - 1)  # scheduler trim
-                    if length > 0:
-                        accepted = min(length, matched[w, step])
-                        if accepted == total - t and length > accepted:
-                            counters[w, ki, TAIL_AT] = accepted
-                            counters[w, ki, TAIL_LEN] = length
-                        counters[w, ki, MAX_SLOTS] = max(counters[w, ki, MAX_SLOTS], t + length)
-                        counters[w, ki, DRAFTS] += 1
-                        counters[w, ki, DRAFT_TOKENS] += length
-                        counters[w, ki, ACCEPTED] += accepted
-                        for pos in range(accepted):
-                            per_pos[w, ki, pos] += 1
+                accepted = count_step(counters[w, ki], per_pos[w, ki], t, total, length, matched[w, step])
                 t += accepted + 1
             counters[w, ki, OUTPUT_TOKENS] += total - prompt_len
 

@@ -46,6 +46,8 @@ NGRAM_DEFAULT_LOOKUP = 5
 # ngram_gpu applies the same rule in tensors (vllm/v1/spec_decode/ngram_proposer_gpu.py: earliest occurrence
 # leaving room for a draft token, longest n with a match).
 REPLAYABLE = ("ngram", "ngram_gpu", "suffix")
+# Replayed by advisor.measure.draft with the draft model itself (torch; the `advise[draft]` extra).
+DRAFT_METHOD = "draft_model"
 
 TokenizedRequest = tuple[np.ndarray, np.ndarray]  # (prompt token ids, output token ids)
 
@@ -126,7 +128,8 @@ class ReplaySweep:
 
 
 def normalize_config(spec_config: dict) -> dict:
-    """The config as vLLM would complete it, restricted to the methods a log can replay (ngram, suffix).
+    """The config as vLLM would complete it, restricted to the methods a log can replay (ngram, suffix, and
+    draft_model, which needs its draft: advisor.measure.draft).
 
     Mirrors vllm/config/speculative.py: dashes become underscores, unknown keys are an error, a missing
     method is `ngram` only when `model` says "ngram", prompt_lookup_min/max default to 5 and one copies the
@@ -143,10 +146,10 @@ def normalize_config(spec_config: dict) -> dict:
         method = "ngram"
     if method == "[ngram]":
         method = "ngram"
-    if method not in REPLAYABLE:
+    if method not in (*REPLAYABLE, DRAFT_METHOD):
         raise ConfigError(
-            f"speculative config: method {method!r} cannot be replayed from logs (needs a draft model "
-            f"on a GPU); replayable methods: {', '.join(REPLAYABLE)}"
+            f"speculative config: method {method!r} cannot be replayed from logs (its proposer reads the "
+            f"target's hidden states); replayable methods: {', '.join((*REPLAYABLE, DRAFT_METHOD))}"
         )
     if config.get("num_speculative_tokens_per_batch_size") is not None:
         raise ConfigError(
@@ -154,7 +157,10 @@ def normalize_config(spec_config: dict) -> dict:
             "which a log replay does not know; replay each k separately"
         )
     config["method"] = method
-    if method == "suffix":
+    if method == DRAFT_METHOD:
+        if not isinstance(config.get("model"), str) or not config["model"]:
+            raise ConfigError("speculative config: draft_model needs \"model\" (the draft's folder or HF id)")
+    elif method == "suffix":
         for key, default in SUFFIX_DEFAULTS.items():
             config.setdefault(key, default)
         config.setdefault("num_speculative_tokens", config["suffix_decoding_max_tree_depth"])
@@ -181,9 +187,32 @@ def normalize_config(spec_config: dict) -> dict:
                 f"prompt_lookup_max={config['prompt_lookup_max']}"
             )
     if config.get("num_speculative_tokens") is None:
-        raise ConfigError("speculative config: num_speculative_tokens is required for ngram")
+        raise ConfigError(f"speculative config: num_speculative_tokens is required for {method}")
     _check_int(config, "num_speculative_tokens", 1, limits.MAX_SPECULATIVE_TOKENS)
     return config
+
+
+def _lookup_config(spec_config: dict) -> dict:
+    """normalize_config for the proposers replayed from the logs alone (not draft_model)."""
+    config = normalize_config(spec_config)
+    if config["method"] == DRAFT_METHOD:
+        raise ConfigError("a draft_model config is replayed with its draft (advisor.measure.draft, `--draft`)")
+    return config
+
+
+def draft_replays(measurement, ks: Iterable[int], seed: int = 0, greedy: bool = True) -> list[SpecReplay]:
+    """SpecReplay per k of a draft measurement (`advisor.measure.draft.measure_draft`): the same counters
+    and ratios as the ngram replay, over the uniform sample of requests the draft was run on."""
+    replays = []
+    sampling = _uniform_note(len(measurement.chosen), measurement.fitting_requests)
+    if not greedy:
+        sampling += "; the log samples (temperature > 0): greedy acceptance, an upper-bound estimate"
+    for k in ks:
+        ki = measurement.ks.index(int(k))
+        config = normalize_config({"method": DRAFT_METHOD, "model": measurement.info.name, "num_speculative_tokens": int(k)})
+        replays.append(summarize(config, measurement.counters[:, ki], measurement.per_pos[ki, : int(k)],
+                                 measurement.fitting_requests, seed, sampling))
+    return replays
 
 
 def _check_int(config: dict, key: str, minimum: int, maximum: int) -> None:
@@ -211,7 +240,7 @@ def replay_config(
     suffix: requests depend on earlier outputs (the global tree), so a log above `suffix_token_budget`
     tokens is replayed over one arrival-order window that fits (`suffix_window`).
     """
-    config = normalize_config(spec_config)
+    config = _lookup_config(spec_config)
     k = config["num_speculative_tokens"]
     if config["method"] == "suffix":
         all_counters, all_per_pos, sampling = _suffix_counters(config, [k], requests, max_model_len,
@@ -279,7 +308,7 @@ def kv_footprint(
     step reserves slots for its draft tokens too. `advisor.measure.apc.simulate_apc(footprint=...)` uses
     both. Replays every request (suffix over the whole log, in order).
     """
-    config = normalize_config(spec_config)
+    config = _lookup_config(spec_config)
     k = config["num_speculative_tokens"]
     if config["method"] == "suffix":
         counters, _, _ = _suffix_counters(config, [k], requests, max_model_len, None, 0)

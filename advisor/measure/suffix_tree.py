@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from advisor.measure.ngram import (
-    ACCEPTED, DECODE_STEPS, DRAFT_TOKENS, DRAFTS, LAST_CONTEXT, MAX_SLOTS, OUTPUT_TOKENS, TAIL_AT, TAIL_LEN,
+    LAST_CONTEXT, MAX_SLOTS, OUTPUT_TOKENS, count_step,
 )
 
 COUNT, TOKEN, LENGTH, REF_SEQ, REF_IDX, PARENT, HEAD, TAIL, NEXT, PREV, GROUP, NCHILD = range(12)
@@ -641,10 +641,8 @@ def _replay_kernel(tokens, offsets, prompt_lens, wanted, ks, max_depth, max_cach
                 if next_step[ki] != emitted:
                     continue
                 k = ks[ki]
-                counters[r, ki, DECODE_STEPS] += 1
-                counters[r, ki, LAST_CONTEXT] = t
-                counters[r, ki, MAX_SLOTS] = max(counters[r, ki, MAX_SLOTS], t)
-                accepted = 0
+                length = 0
+                draft = out
                 if t < limit:
                     budget = min(k, limit - t - 1)
                     pstart = max(start, end - max_depth)
@@ -653,22 +651,12 @@ def _replay_kernel(tokens, offsets, prompt_lens, wanted, ks, max_depth, max_cach
                     theirs, their_score = _speculate(global_tree, tokens, tokens, pstart, end, budget, factor,
                                                      min_prob, other, scratch)
                     length = mine
-                    draft = out
                     if my_score < their_score:
                         length = theirs
                         draft = other
-                    if length > 0:
-                        remaining = outputs - emitted
-                        while (accepted < length and accepted < remaining
-                               and draft[accepted] == tokens[end + accepted]):
-                            accepted += 1
-                        if accepted == remaining and length > accepted:
-                            counters[r, ki, TAIL_AT] = accepted
-                            counters[r, ki, TAIL_LEN] = length
-                        counters[r, ki, MAX_SLOTS] = max(counters[r, ki, MAX_SLOTS], t + length)
-                        counters[r, ki, DRAFTS] += 1
-                        counters[r, ki, DRAFT_TOKENS] += length
-                        counters[r, ki, ACCEPTED] += accepted
-                        for pos in range(accepted):
-                            per_pos[ki, pos] += 1
+                remaining = outputs - emitted
+                matched = 0
+                while matched < length and matched < remaining and draft[matched] == tokens[end + matched]:
+                    matched += 1
+                accepted = count_step(counters[r, ki], per_pos[ki], t, prompt + outputs, length, matched)
                 next_step[ki] = emitted + accepted + 1
