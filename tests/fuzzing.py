@@ -289,11 +289,7 @@ def _gzip(data: bytes, rng: random.Random, log: list[str]) -> bytes:
 # --- a case ---------------------------------------------------------------------------------------------------
 
 FORMAT_NAMES = ("openai", "bench-custom", "sharegpt", "mooncake", "azure", "burstgpt", "swe-agent", "otel", "aider",
-                "openai-batch")
-# vllm-log's strategy (`case(seed, "vllm-log")`) finds no traceback, but its reader counts every log line
-# as a record while a request joins several lines: its accounting is not per record yet, so it is not in
-# the default mix (tests/test_fuzz.py lists it as the one format not fuzzed by default).
-EXTRA_FORMATS = ("vllm-log",)
+                "openai-batch", "vllm-log")
 
 HOSTILE_OPTIONS: list[list[str]] = [
     ["--tp", "0"], ["--tp", str(2**31)], ["--tp", "-3"], ["--tp", "1000000"], ["--max-num-seqs", str(2**63)],
