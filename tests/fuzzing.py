@@ -409,9 +409,12 @@ def _vllm_log(rng: random.Random, log: list[str]) -> bytes:
     for _ in range(rng.choice([0, 1, 2, 3])):
         index = rng.randrange(len(chosen))
         roll = rng.random()
-        if roll < 0.4:
+        if roll < 0.35:
             chosen[index] = chosen[index][: rng.randrange(len(chosen[index]) + 1)]
             log.append(f"cut line {index}")
+        elif roll < 0.5:  # a request line twice: a duplicate record
+            chosen.insert(index, chosen[index])
+            log.append(f"repeated line {index}")
         elif roll < 0.7:
             prefix = chosen[index].split("] ", 1)[0] + "] "
             chosen[index] = prefix + rng.choice(VLLM_LOG_NOISE)

@@ -22,6 +22,8 @@ tokens are dropped (counted as truncated) and the request still gives its arriva
 the side that was not cut. Times are the line prefix's: whole seconds, local time of the server, no year
 (the year is the file's modification year, stepping back at a year boundary); the latency is the output
 line's time minus the input line's, so also in whole seconds (unbiased on average, coarse per request).
+A record is one request-logger line: used once its request is given (finished or unfinished), or skipped
+with its file:line (malformed, duplicate, output lines that never make a request); other lines are none.
 """
 from __future__ import annotations
 
