@@ -26,7 +26,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=10_000)
     parser.add_argument("--start", type=int, default=0, help="first seed")
-    parser.add_argument("--format", choices=fuzzing.FORMAT_NAMES + fuzzing.EXTRA_FORMATS, help="only this format (default: all, at random)")
+    parser.add_argument("--format", choices=fuzzing.FORMAT_NAMES, help="only this format (default: all, at random)")
     parser.add_argument("--slow-s", type=float, default=30.0, help="report cases slower than this")
     options = parser.parse_args()
 

@@ -289,11 +289,7 @@ def _gzip(data: bytes, rng: random.Random, log: list[str]) -> bytes:
 # --- a case ---------------------------------------------------------------------------------------------------
 
 FORMAT_NAMES = ("openai", "bench-custom", "sharegpt", "mooncake", "azure", "burstgpt", "swe-agent", "otel", "aider",
-                "openai-batch")
-# vllm-log's strategy (`case(seed, "vllm-log")`) finds no traceback, but its reader counts every log line
-# as a record while a request joins several lines: its accounting is not per record yet, so it is not in
-# the default mix (tests/test_fuzz.py lists it as the one format not fuzzed by default).
-EXTRA_FORMATS = ("vllm-log",)
+                "openai-batch", "vllm-log")
 
 HOSTILE_OPTIONS: list[list[str]] = [
     ["--tp", "0"], ["--tp", str(2**31)], ["--tp", "-3"], ["--tp", "1000000"], ["--max-num-seqs", str(2**63)],
@@ -413,9 +409,12 @@ def _vllm_log(rng: random.Random, log: list[str]) -> bytes:
     for _ in range(rng.choice([0, 1, 2, 3])):
         index = rng.randrange(len(chosen))
         roll = rng.random()
-        if roll < 0.4:
+        if roll < 0.35:
             chosen[index] = chosen[index][: rng.randrange(len(chosen[index]) + 1)]
             log.append(f"cut line {index}")
+        elif roll < 0.5:  # a request line twice: a duplicate record
+            chosen.insert(index, chosen[index])
+            log.append(f"repeated line {index}")
         elif roll < 0.7:
             prefix = chosen[index].split("] ", 1)[0] + "] "
             chosen[index] = prefix + rng.choice(VLLM_LOG_NOISE)

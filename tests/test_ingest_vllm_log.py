@@ -195,6 +195,31 @@ def test_malformed_request_lines_are_reported_with_file_and_line(tmp_path):
         read(log, strict=True)
 
 
+def test_every_request_logger_line_is_a_used_or_skipped_record(tmp_path):
+    """A record is one request-logger line: lines joined into a request (finished or unfinished) are used;
+    duplicates and output lines that never make a request are skipped with file:line; other lines are none."""
+    log = write(tmp_path / "server.log", STARTUP                                   # line 1: not a record
+                + new_input("chatcmpl-1", 1, [1]) + new_output("chatcmpl-1", 1, [2], "x")  # 2-5: used
+                + new_input("chatcmpl-2", 2, [3])                                  # 6-7: used (unfinished)
+                + line("INFO", 2, "Received request chatcmpl-2: params: "          # 8: duplicate
+                                  + PARAMS.format(n=1, t=0.7, seed=1, max_tokens=8) + ", lora_request: None.")
+                + line("DEBUG", 2, "Generated response chatcmpl-9 details: output_token_ids: [4]")  # 9: incomplete
+                + line("INFO", 3, "Avg prompt throughput: 1.0 tokens/s"))          # 10: not a record
+    requests, stats = read(log)
+    assert len(requests) == 2 and stats.unfinished == 1
+    assert (stats.records_read, stats.records_used, stats.records_skipped) == (8, 6, 2)
+    assert stats.problems == [
+        f"{log}:8: duplicate vLLM log line: a second 'Received request' line for one request id",
+        f"{log}:9: incomplete vLLM response: an output line of a request with neither an input line nor a "
+        f"final output line",
+    ]
+
+
+def test_real_log_fixture_counts_every_request_line_as_used():
+    _, stats = read(FIXTURES / "vllm_server.log")
+    assert stats.records_read == stats.records_used > 0 and stats.records_skipped == 0
+
+
 def test_startup_lines_missing_is_noted(tmp_path):
     log = write(tmp_path / "server.log", new_input("chatcmpl-1", 1, [1]) + new_output("chatcmpl-1", 1, [2], "x"))
     _, stats = read(log)

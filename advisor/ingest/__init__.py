@@ -44,6 +44,8 @@ GROUP_READERS: dict[str, GroupReader] = {
     openai_batch.NAME: openai_batch.read_group,
 }
 FORMATS: tuple[str, ...] = tuple(READERS) + tuple(GROUP_READERS)
+# Readers whose requests join several records (vLLM's log lines): they count each used record themselves.
+COUNTS_OWN_RECORDS = frozenset({vllm_log.NAME})
 # Record sniffers for JSON inputs, most specific first: bench-custom records are also valid completions
 # requests, and batch lines, ShareGPT, trace and span records must not be mistaken for OpenAI logs.
 SNIFFERS = (
@@ -216,7 +218,8 @@ def _read_group(name: str, group: list[tuple[str, Source]], stats: IngestStats, 
     for index, request in GROUP_READERS[name]([source for _, source in group], sinks):
         yielded += 1
         stats.requests += 1
-        _count_used(sinks[index], request.source)
+        if name not in COUNTS_OWN_RECORDS:
+            _count_used(sinks[index], request.source)
         yield request
     if yielded == 0:
         names = ", ".join(source.name for _, source in group)

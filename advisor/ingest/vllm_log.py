@@ -22,6 +22,8 @@ tokens are dropped (counted as truncated) and the request still gives its arriva
 the side that was not cut. Times are the line prefix's: whole seconds, local time of the server, no year
 (the year is the file's modification year, stepping back at a year boundary); the latency is the output
 line's time minus the input line's, so also in whole seconds (unbiased on average, coarse per request).
+A record is one request-logger line: used once its request is given (finished or unfinished), or skipped
+with its file:line (malformed, duplicate, output lines that never make a request); other lines are none.
 """
 from __future__ import annotations
 
@@ -64,12 +66,14 @@ class _Pending:
     """What is known of one request id until its last output line."""
 
     source: str
+    lines: list[tuple[Sink, int]] = field(default_factory=list)  # its request-logger lines: used or skipped
     timestamp: float | None = None
     prompt: str | None = None
     prompt_ids: list[int] | None = None
     prompt_cut: bool = False
     sampling: SamplingParams | None = None
     has_input: bool = False
+    has_details: bool = False  # the DEBUG `Request <id> details` line was read
     output_ids: list[int] | None = None  # ids of the DEBUG line waiting for its INFO line (0.32)
     delta_ids: list[int] | None = None  # a stream's ids so far
     finish_reason: str | None = None
@@ -260,28 +264,34 @@ class _Reader:
         return None
 
     def _entry(self, request_id: str, number: int) -> _Pending:
+        """The pending request of `request_id`, holding line `number` as one of its records."""
         entry = self.group.pending.get(request_id)
         if entry is None:
             entry = self.group.pending[request_id] = _Pending(source=f"{self.source.name}:{number}")
+        entry.lines.append((self.sink, number))
         return entry
 
     def _cut(self, value: list[int] | str | None) -> bool:
         limit = self.group.max_log_len
         return value is not None and limit is not None and len(value) >= limit
 
-    def _set_prompt(self, entry: _Pending, fields: dict[str, str]) -> None:
-        if "prompt" in fields:
-            entry.prompt = None if fields["prompt"] == "None" else _string(fields["prompt"], "prompt")
-        if "prompt_token_ids" in fields:
-            entry.prompt_ids = _ids(fields["prompt_token_ids"], "prompt_token_ids")
+    def _set_prompt(self, entry: _Pending, prompt: tuple[bool, str | None], ids: tuple[bool, list[int] | None]) -> None:
+        if prompt[0]:
+            entry.prompt = prompt[1]
+        if ids[0]:
+            entry.prompt_ids = ids[1]
         # A full id list makes the request whole even when its (longer) prompt text was cut.
         entry.prompt_cut = self._cut(entry.prompt_ids) if entry.prompt_ids is not None else self._cut(entry.prompt)
 
     def _details(self, number: int, match: re.Match[str], rest: str, prefix: re.Match[str]) -> None:
         fields = _fields(_strip_period(rest))
+        prompt, ids = _prompt_fields(fields)
+        pending = self.group.pending.get(match.group(1))
+        if pending is not None and pending.has_details:
+            raise BadRecord("duplicate vLLM log line", "a second 'Request <id> details' line for one request id")
         entry = self._entry(match.group(1), number)
-        self._set_prompt(entry, fields)
-        entry.has_input = True
+        self._set_prompt(entry, prompt, ids)
+        entry.has_input = entry.has_details = True
         entry.timestamp = self.clock.seconds(prefix)
         return None
 
@@ -290,12 +300,17 @@ class _Reader:
         params = fields.get("params", fields.get("sampling_params"))
         if params is None:
             raise BadRecord("malformed vLLM log line", "expected 'params: SamplingParams(...)'")
+        sampling = _sampling(params)
+        prompt, ids = _prompt_fields(fields)
+        pending = self.group.pending.get(match.group(1))
+        if pending is not None and pending.sampling is not None:
+            raise BadRecord("duplicate vLLM log line", "a second 'Received request' line for one request id")
         entry = self._entry(match.group(1), number)
         entry.source = f"{self.source.name}:{number}"
-        entry.sampling = _sampling(params)
+        entry.sampling = sampling
         entry.has_input = True
-        if "prompt" in fields or "prompt_token_ids" in fields:
-            self._set_prompt(entry, fields)
+        if prompt[0] or ids[0]:
+            self._set_prompt(entry, prompt, ids)
         if entry.prompt is not None or entry.prompt_ids is not None:
             self.group.inputs_with_prompt += 1
         else:
@@ -306,21 +321,22 @@ class _Reader:
     def _output(self, number: int, match: re.Match[str], rest: str, prefix: re.Match[str]) -> Request | None:
         request_id, stream, details = match.groups()
         fields = _fields(rest)
+        ids = _ids(fields["output_token_ids"], "output_token_ids") if "output_token_ids" in fields else None
+        if not details and "output" not in fields:
+            raise BadRecord("malformed vLLM log line", "expected 'output: <text>'")
+        text = "" if details else _string(fields["output"], "output")
         group = self.group
         if request_id not in group.pending and request_id in group.extra_choices:
-            if not details:  # a further choice of an n > 1 request: the first choice is the completion
+            self.sink.used(number)  # a further choice of an n > 1 request already given: the first choice
+            if not details:         # is its completion
                 group.extra_choices[request_id] -= 1
                 if group.extra_choices[request_id] <= 0:
                     del group.extra_choices[request_id]
             return None
         entry = self._entry(request_id, number)
-        ids = _ids(fields["output_token_ids"], "output_token_ids") if "output_token_ids" in fields else None
         if details:
             entry.output_ids = ids
             return None
-        if "output" not in fields:
-            raise BadRecord("malformed vLLM log line", "expected 'output: <text>'")
-        text = _string(fields["output"], "output")
         ids = ids if ids is not None else entry.output_ids
         entry.output_ids = None
         reason = fields.get("finish_reason")
@@ -359,6 +375,15 @@ class _Reader:
         return _request(entry, text, output_ids, self.sink, latency)
 
 
+def _prompt_fields(fields: dict[str, str]) -> tuple[tuple[bool, str | None], tuple[bool, list[int] | None]]:
+    """(present, value) of a line's prompt text and prompt ids, parsed before any state changes, so a
+    line that does not parse leaves its request as it was."""
+    raw = fields.get("prompt")
+    prompt = None if raw in (None, "None") else _string(raw, "prompt")
+    ids = _ids(fields["prompt_token_ids"], "prompt_token_ids") if "prompt_token_ids" in fields else None
+    return ("prompt" in fields, prompt), ("prompt_token_ids" in fields, ids)
+
+
 def _strip_period(rest: str) -> str:
     if not rest.endswith("."):
         raise BadRecord("malformed vLLM log line", "the line does not end with '.' (cut short?)")
@@ -367,7 +392,12 @@ def _strip_period(rest: str) -> str:
 
 def _request(entry: _Pending, completion: str | None, output_ids: list[int] | None, sink: Sink,
              latency: float | None = None) -> Request:
-    """The Request of a joined entry; cut sides are dropped (their size is unknown) and counted once."""
+    """The Request of a joined entry; cut sides are dropped (their size is unknown) and counted once.
+
+    Every request-logger line the request joined is a used record (read_group's caller counts none).
+    """
+    for line_sink, number in entry.lines:
+        line_sink.used(number)
     prompt, prompt_ids = entry.prompt, entry.prompt_ids
     if entry.prompt_cut:
         prompt, prompt_ids = None, None
@@ -408,7 +438,10 @@ def read_group(sources: Sequence[Source], sinks: Sequence[Sink]) -> Iterator[tup
             yield index, request
     sink = sinks[-1]
     for request_id, entry in list(group.pending.items()):
-        if not entry.has_input:
+        if not entry.has_input:  # output details or deltas whose final output line is missing: no request
+            for line_sink, number in entry.lines:
+                line_sink.bad(number, BadRecord("incomplete vLLM response", "an output line of a request "
+                                                "with neither an input line nor a final output line"))
             continue
         if request_id.startswith("cmpl-"):
             group.completions_unfinished += 1
