@@ -17,7 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 BOUND_BYTES = 1 << 30
-LOG_SIZE = "320M"  # about 70,000 requests, 4.6 M KV blocks, 73 M tokens
+LOG_SIZE = "320M"  # about 60,000 requests (ShareGPT history rules of docs/input-formats.md), 4.6 M KV blocks, 73 M tokens
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_data]
 
@@ -37,5 +37,5 @@ def test_peak_rss_under_bound_past_every_budget(real_file, tmp_path):
     # Every budget was exercised: chains sampled, replay inputs sampled.
     assert report["prefix"]["sample"] is not None
     assert report["replay"][0]["token_budget_sampled"] is True
-    assert report["ingest"]["requests"] > 60_000
+    assert report["ingest"]["requests"] > 55_000  # the log really is past the budgets (59,760 here)
     assert peak < BOUND_BYTES, f"peak RSS {peak / (1 << 20):.0f} MiB"
