@@ -49,7 +49,7 @@ def test_run_batch_output_is_read_as_openai_batch(vllm_python, tiny_model, tmp_p
     requests_file = REPO / "fixtures" / "vllm_batch_requests.jsonl"
     outputs_file = tmp_path / "outputs.jsonl"
     tmp_dir, own_tmp = short_tmp_dir(tmp_path)
-    argv = [str(vllm_executable(vllm_python)), "run-batch", "-i", str(requests_file), "-o", str(outputs_file),
+    argv = [*vllm_executable(vllm_python), "run-batch", "-i", str(requests_file), "-o", str(outputs_file),
             "--model", str(tiny_model), "--served-model-name", "tiny", "--enforce-eager", "--max-model-len", "512"]
     proc = start_process(argv, tmp_path / "run-batch.log", vllm_env(tmp_path, tmp_dir))
     try:
