@@ -120,6 +120,32 @@ def test_plots_carry_exactly_the_report_figures(code_editing: tuple[Report, str]
     assert "requests per second" in shown["arrivals"].svg
 
 
+def test_each_draft_is_its_own_series_and_the_header_carries_the_ingest_counts(
+        code_editing: tuple[Report, str]) -> None:
+    """Two drafts replayed at the same k are two lines named by their draft, not one "draft_model" line; the
+    page header repeats what the terminal says of the input (skip reasons, conversations, notes)."""
+    from dataclasses import replace
+
+    from advisor.report import DraftRef
+
+    report, _ = code_editing
+    base = next(r for r in report.replay_sweep if r.method == "ngram")
+    drafts = tuple(
+        replace(base, method="draft_model", draft=DraftRef(name, 135_000_000),
+                config={"method": "draft_model", "model": f"/models/{name}", "num_speculative_tokens": k},
+                tokens_per_step=tokens_per_step)
+        for name, tokens_per_step in (("draft-alpha", 1.4), ("draft-beta", 1.2)) for k in (1, 2))
+    ingest = replace(report.ingest, skipped=4, skipped_by_reason={"not valid JSON": 3, "no messages": 1},
+                     conversations=7, turns=19, unfinished=2, truncated=1, notes=("the log has no timestamps",))
+    page_report = replace(report, replay_sweep=report.replay_sweep + drafts, ingest=ingest)
+    svg = figures(page_report)["speculative"].svg
+    assert "draft draft-alpha" in svg and "draft draft-beta" in svg and ">draft_model<" not in svg
+    page = render_html(page_report)
+    assert "4 skipped (3 not valid JSON; 1 no messages)" in page
+    assert "7 conversations, 19 turns" in page and "2 unfinished (no output logged), 1 cut" in page
+    assert "Note: the log has no timestamps" in page
+
+
 # --------------------------------------------------------------------------------------------------------
 # in a real browser
 # --------------------------------------------------------------------------------------------------------

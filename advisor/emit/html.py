@@ -57,6 +57,8 @@ def _setting_name(replay: Replay) -> str:
         return "suffix (vLLM defaults)"
     if "prompt_lookup_min" in config:
         return f"{replay.method} window {config['prompt_lookup_min']}-{config['prompt_lookup_max']}"
+    if replay.draft is not None:  # one line per draft: two drafts' acceptance must not share a line
+        return "draft " + replay.draft.model.rstrip("/").rsplit("/", 1)[-1]
     return replay.method
 
 
