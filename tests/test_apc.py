@@ -189,6 +189,33 @@ def test_report_curve_and_ceiling():
     assert report.prefill_tokens_saved == report.at_capacity.hit_tokens
 
 
+def test_blocks_for_ceiling_is_the_capacity_that_evicts_nothing():
+    """Concurrent requests hold un-hashed partial and decode blocks beside the cached content: a cache the
+    size of the hashed content alone evicts (the SWE-agent curve ended at 76% against a 88.7% ceiling), one of
+    `blocks_for_ceiling` blocks replays exactly like the infinite cache, request by request."""
+    rng = np.random.default_rng(11)
+    system = list(rng.integers(0, 50, 24))
+    history = {c: list(system) for c in range(8)}
+    reqs = []
+    for _turn in range(6):  # 8 conversations taking turns: each turn extends its conversation's history
+        for c in range(8):
+            history[c] += list(rng.integers(0, 50, int(rng.integers(3, 12))))
+            output = list(rng.integers(0, 50, 6))
+            reqs.append(blocks(history[c], output))
+            history[c] += output
+    outputs, arrivals = [6] * len(reqs), np.cumsum(rng.exponential(0.2, len(reqs)))
+    durations = rng.uniform(0.5, 3.0, len(reqs))
+    report = apc_report(reqs, B, output_tokens=outputs, arrivals=arrivals, durations=durations)
+    exact = simulate_apc(reqs, B, report.blocks_for_ceiling, output_tokens=outputs, arrivals=arrivals,
+                         durations=durations)
+    assert exact.per_request_hit_tokens.tolist() == report.ceiling.per_request_hit_tokens.tolist()
+    assert exact.queued_requests == 0 and report.curve[-1].hit_rate == report.ceiling.hit_rate
+    hashed_content = len({int(h) for r in reqs for h in r.chain})
+    assert report.blocks_for_ceiling > hashed_content  # the running requests' un-hashed blocks need room too
+    smaller = simulate_apc(reqs, B, hashed_content, output_tokens=outputs, arrivals=arrivals, durations=durations)
+    assert smaller.hit_tokens < report.ceiling.hit_tokens
+
+
 def test_capacity_blocks_leave_the_null_block():
     assert capacity_blocks(16 * 131072 * 10, 131072, 16) == 9  # vLLM's null block is not usable
 

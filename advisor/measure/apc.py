@@ -106,7 +106,9 @@ class ApcResult:
 class ApcReport:
     """Hit rate at the configured capacity, the infinite-cache ceiling and the hit rate versus capacity.
 
-    `blocks_for_ceiling` = blocks the infinite cache ever filled (a capacity that evicts nothing);
+    `blocks_for_ceiling` = blocks the infinite replay ever allocated: the smallest capacity that evicts nothing
+    (the free queue hands out un-hashed freed blocks and never-used ones before any cached block, so a cache
+    this size replays exactly like an infinite one and the curve's last point is the ceiling);
     `prefill_tokens_saved` = hit tokens at the configured capacity (or at the ceiling without one).
     """
 
@@ -159,7 +161,8 @@ def _simulate(
     status: np.ndarray,
 ) -> int:
     """Replays all requests; hits[r] = hit blocks, status[r] = 0 served, 1 queued, 2 unserved.
-    Returns the number of blocks that ever received a hash (for the ceiling run)."""
+    Returns how many distinct blocks were ever allocated (for the infinite run: the capacity that evicts
+    nothing, since fresh blocks leave the free queue in index order)."""
     count = lookup_blocks.shape[0]
     prev = np.empty(capacity, np.int64)
     nxt = np.empty(capacity, np.int64)
@@ -178,7 +181,7 @@ def _simulate(
     for r in range(count):
         held_offsets[r + 1] = held_offsets[r] + held_blocks[r]
     held = np.full(held_offsets[count], -1, np.int64)
-    ever_hashed = 0
+    touched = 0
     running = [(np.float64(0.0), np.int64(0))]
     running.pop()
 
@@ -187,10 +190,8 @@ def _simulate(
         now = arrivals[r] if r < count else np.inf
         while len(running) > 0 and running[0][0] <= now:
             _, done = heapq.heappop(running)
-            hashed, freed = _finish(done, chains, chain_offsets, decode_start, decode_end, held, held_offsets, ref,
-                                    block_hash, copy_head, copy_tail, copy_next, copy_prev, prev, nxt, ends)
-            ever_hashed += hashed
-            num_free += freed
+            num_free += _finish(done, chains, chain_offsets, decode_start, decode_end, held, held_offsets, ref,
+                                block_hash, copy_head, copy_tail, copy_next, copy_prev, prev, nxt, ends)
         if r == count:
             break
         start = chain_offsets[r]
@@ -214,10 +215,8 @@ def _simulate(
             end, done = heapq.heappop(running)
             now = max(now, end)
             status[r] = 1
-            hashed, freed = _finish(done, chains, chain_offsets, decode_start, decode_end, held, held_offsets, ref,
-                                    block_hash, copy_head, copy_tail, copy_next, copy_prev, prev, nxt, ends)
-            ever_hashed += hashed
-            num_free += freed
+            num_free += _finish(done, chains, chain_offsets, decode_start, decode_end, held, held_offsets, ref,
+                                block_hash, copy_head, copy_tail, copy_next, copy_prev, prev, nxt, ends)
         hits[r] = hit
         base = held_offsets[r]
         for j in range(hit):
@@ -229,6 +228,7 @@ def _simulate(
             held[base + j] = block
         for j in range(hit, held_blocks[r]):
             block = ends[0]
+            touched = max(touched, block + 1)
             _free_unlink(block, prev, nxt, ends)
             num_free -= 1
             h = block_hash[block]
@@ -248,14 +248,13 @@ def _simulate(
             ref[block] = 1
             held[base + j] = block
         for j in range(hit, prompt_cached_blocks[r]):
-            ever_hashed += _cache_block(held[base + j], chains[start + j], block_hash, copy_head, copy_tail,
-                                        copy_next, copy_prev)
+            _cache_block(held[base + j], chains[start + j], block_hash, copy_head, copy_tail, copy_next, copy_prev)
         heapq.heappush(running, (now + durations[r], np.int64(r)))
-    return ever_hashed
+    return touched
 
 
 @njit(cache=True)
-def _cache_block(block, h, block_hash, copy_head, copy_tail, copy_next, copy_prev) -> int:
+def _cache_block(block, h, block_hash, copy_head, copy_tail, copy_next, copy_prev) -> None:
     """Give `block` hash `h`, as the newest copy of that hash."""
     block_hash[block] = h
     tail = copy_tail[h]
@@ -266,22 +265,19 @@ def _cache_block(block, h, block_hash, copy_head, copy_tail, copy_next, copy_pre
     else:
         copy_head[h] = block
     copy_tail[h] = block
-    return 1
 
 
 @njit(cache=True)
 def _finish(r, chains, chain_offsets, decode_start, decode_end, held, held_offsets, ref, block_hash,
-            copy_head, copy_tail, copy_next, copy_prev, prev, nxt, ends) -> tuple[int, int]:
+            copy_head, copy_tail, copy_next, copy_prev, prev, nxt, ends) -> int:
     """Cache the request's decode blocks, then free its blocks in reverse order (hashed ones to the tail,
-    the others to the head of the free queue). Returns (blocks newly hashed, blocks back in the queue)."""
+    the others to the head of the free queue). Returns the number of blocks back in the queue."""
     start = chain_offsets[r]
     base = held_offsets[r]
     size = held_offsets[r + 1] - base
-    hashed = 0
     freed = 0
     for j in range(decode_start[r], decode_end[r]):
-        hashed += _cache_block(held[base + j], chains[start + j], block_hash, copy_head, copy_tail,
-                               copy_next, copy_prev)
+        _cache_block(held[base + j], chains[start + j], block_hash, copy_head, copy_tail, copy_next, copy_prev)
     front = -1  # the last block prepended so far, to keep prepend_n's order
     for j in range(size - 1, -1, -1):
         block = held[base + j]
@@ -311,7 +307,7 @@ def _finish(r, chains, chain_offsets, decode_start, decode_end, held, held_offse
             else:
                 ends[1] = block
             front = block
-    return hashed, freed
+    return freed
 
 
 def simulate_apc(
@@ -381,12 +377,12 @@ class _Prepared:
                 raise ValueError("requests must be in arrival order")
 
     def run(self, capacity: int | None) -> tuple[ApcResult, int]:
-        """(result, blocks that ever received a hash) at `capacity` blocks (None: never evict)."""
+        """(result, distinct blocks ever allocated) at `capacity` blocks (None: never evict)."""
         count = self.prompt.size
         cap = int(self.held.sum()) if capacity is None else int(capacity)
         hits = np.zeros(count, np.int64)
         status = np.zeros(count, np.int64)
-        ever = _simulate(self.chains, self.chain_offsets, self.lookup, self.prompt_cached, self.prompt_blocks,
+        touched = _simulate(self.chains, self.chain_offsets, self.lookup, self.prompt_cached, self.prompt_blocks,
                          self.decode_end, self.held, self.arrival, self.duration, cap, self.num_hashes, hits,
                          status)
         hit_tokens = hits * self.block_size
@@ -402,7 +398,7 @@ class _Prepared:
             unserved_requests=int((status == 2).sum()),
             per_request_hit_tokens=hit_tokens,
         )
-        return result, ever
+        return result, touched
 
 
 def apc_report(
