@@ -24,7 +24,7 @@ import orjson
 from advisor.errors import InputError
 from advisor.vllm_vocab import DEFAULT_GPU_MEMORY_UTILIZATION
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5  # 5: apc.blocks_for_ceiling is the smallest cache that evicts nothing
 
 
 class ReportError(InputError):
