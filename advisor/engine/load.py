@@ -34,6 +34,7 @@ class SpecPoint:
     draft: DraftSpec | None = None
     mean_acceptance_length: float | None = None  # conditional on a draft (vLLM's metric)
     draft_step_share: float | None = None
+    step_scale: float = 1.0  # measured over fitted step cost of this setting (advisor.engine.history); 1: the fit
 
     @property
     def async_scheduling(self) -> bool:
@@ -115,6 +116,7 @@ class Workload:
     output_len: float
     cached_share: float  # share of prompt tokens served from the prefix cache (APC replay)
     rate_source: str
+    baseline_step_scale: float = 1.0  # measured over fitted step cost without speculation (advisor.engine.history)
 
     @property
     def mean_context(self) -> float:
@@ -133,7 +135,7 @@ def evaluate(
     cached = workload.cached_share if apc else 0.0
     if point is None:
         return cost.open_loop(rate, workload.input_len, workload.output_len, async_scheduling=True,
-                              cached_share=cached, max_batch=max_batch)
+                              cached_share=cached, max_batch=max_batch, step_scale=workload.baseline_step_scale)
     draft = point.draft
     draft_for_batch = (
         (lambda batch: cost.draft_ms(draft, batch, point.k, workload.mean_context)) if draft is not None else None
@@ -149,6 +151,7 @@ def evaluate(
         cached_share=cached,
         max_batch=max_batch,
         draft_for_batch=draft_for_batch,
+        step_scale=point.step_scale,
     )
 
 
@@ -156,7 +159,8 @@ def closed_loop_point(cost: CostModel, workload: Workload, concurrency: int, poi
     """Steady state with `concurrency` requests always in flight (`vllm bench serve --max-concurrency C`) and
     speculative setting `point` (None = no speculation, async scheduling on), at the workload's mean lengths."""
     if point is None:
-        return cost.closed_loop(concurrency, workload.input_len, workload.output_len, async_scheduling=True)
+        return cost.closed_loop(concurrency, workload.input_len, workload.output_len, async_scheduling=True,
+                                step_scale=workload.baseline_step_scale)
     draft_ms = cost.draft_ms(point.draft, concurrency, point.k, workload.mean_context) if point.draft else 0.0
     return cost.closed_loop(
         concurrency,
@@ -167,26 +171,28 @@ def closed_loop_point(cost: CostModel, workload: Workload, concurrency: int, poi
         speculative=True,
         async_scheduling=point.async_scheduling,
         draft_ms=draft_ms,
+        step_scale=point.step_scale,
     )
 
 
 def goodput(cost: CostModel, batch: int, point: SpecPoint | None, mean_context: float,
-            speculative_server: bool = False) -> float:
+            speculative_server: bool = False, baseline_scale: float = 1.0) -> float:
     """Output tokens per ms at a fixed batch: batch * E(k) / T_step(batch, k) (SmartSpec, priors.md).
 
     `speculative_server`: the server runs a lookup proposer, so even k = 0 steps lose async scheduling.
+    `baseline_scale`: the measured factor on steps without speculation (`Workload.baseline_step_scale`).
     """
     if point is None:
-        load = StepLoad(batch, 1.0, mean_context, async_scheduling=not speculative_server)
+        load = StepLoad(batch, 1.0, mean_context, async_scheduling=not speculative_server, scale=baseline_scale)
         return batch / cost.step_ms(load)
     draft = cost.draft_ms(point.draft, batch, point.k, mean_context) if point.draft else 0.0
     load = StepLoad(batch, point.verify_tokens_per_seq, mean_context, speculative=True,
-                    async_scheduling=point.async_scheduling, draft_ms=draft)
+                    async_scheduling=point.async_scheduling, draft_ms=draft, scale=point.step_scale)
     return batch * point.tokens_per_step / cost.step_ms(load)
 
 
 def best_k_per_batch(
-    cost: CostModel, points: list[SpecPoint], mean_context: float, max_batch: int
+    cost: CostModel, points: list[SpecPoint], mean_context: float, max_batch: int, baseline_scale: float = 1.0
 ) -> list[list[int]]:
     """The k (0 = no drafts) with the highest goodput for every batch size, as vLLM's
     `num_speculative_tokens_per_batch_size` bands `[start, end, k]` (inclusive, covering 1..max_batch).
@@ -197,7 +203,7 @@ def best_k_per_batch(
     speculative_server = bool(points) and not points[0].async_scheduling
     bands: list[list[int]] = []
     for batch in range(1, max_batch + 1):
-        values = {0: goodput(cost, batch, None, mean_context, speculative_server)}
+        values = {0: goodput(cost, batch, None, mean_context, speculative_server, baseline_scale)}
         values.update({k: goodput(cost, batch, point, mean_context) for k, point in by_k.items()})
         best_k = max(values, key=values.__getitem__)
         if bands and values[bands[-1][2]] >= values[best_k] * (1 - BAND_SWITCH_GAIN):
