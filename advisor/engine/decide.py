@@ -599,7 +599,7 @@ def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc
         workload = replace(workload, baseline_step_scale=measured_steps.baseline.factor)
     names = log_names(report.inputs)
 
-    def measured(points: list[SpecPoint]) -> list[SpecPoint]:
+    def with_history(points: list[SpecPoint]) -> list[SpecPoint]:
         """The points with the history's measurements of their setting (advisor.engine.history)."""
         if measured_steps is None:
             return points
@@ -616,7 +616,8 @@ def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc
     candidates = [
         Priced("no speculation", None, None, True, "cost model", False, base_typical, base_peak, 1.0, 1.0)
     ]
-    groups = {key: measured(points) for key, points in _replay_groups(report).items()}
+    replayed = _replay_groups(report)
+    groups = {key: with_history(points) for key, points in replayed.items()}
     for points in groups.values():
         candidates.append(_candidate_for_group(points, cost, workload, max_batch, baseline))
     measured = measured_drafts(report)
@@ -625,7 +626,7 @@ def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc
             prior = prior_for(draft.method, model)
             if prior is None or (draft.method, draft.model) in measured:
                 continue  # a draft measured on these logs replaces its prior
-            candidates.append(_candidate_for_group(measured(points_from_prior(prior, draft)), cost, workload, max_batch,
+            candidates.append(_candidate_for_group(with_history(points_from_prior(prior, draft)), cost, workload, max_batch,
                                                    baseline))
     apc_off_typical = evaluate(cost, workload, workload.typical_rate, None, max_batch, apc=False)
     apc_off_peak = evaluate(cost, workload, workload.peak_rate, None, max_batch, apc=False)
@@ -663,7 +664,7 @@ def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc
     return doc.Recommendation(
         speculative_config=config,
         enable_prefix_caching=True,
-        evidence=tuple(_evidence(report, workload, cost, chosen, baseline, groups, candidates)
+        evidence=tuple(_evidence(report, workload, cost, chosen, baseline, replayed, candidates)
                        + list(dict.fromkeys(history_lines))),
         confidence=doc.Confidence(level, tuple(reasons)),
         predicted=predicted,

@@ -203,7 +203,7 @@ class MeasuredCalibration:
             point = replace(point, tokens_per_step=arm.tokens_per_step,
                             verify_tokens_per_seq=arm.verify_tokens_per_seq or point.verify_tokens_per_seq,
                             mean_acceptance_length=arm.mean_acceptance_length, from_replay=True,
-                            source=f"measured by advise verify ({run.source})")
+                            source=f"measured by advise verify: {run.source}")
             break
         for run in reversed(self.runs):
             arm = _candidate_arm(run)
