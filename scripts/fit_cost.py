@@ -1,13 +1,14 @@
 """Fit the cost model's coefficients (advisor/engine/cost.py, Calibration) to measured GPU points.
 
-usage: python scripts/fit_cost.py [POINTS.csv] [--holdout] [--hold-out-shape TEXT] [--hold-out-input N] [--markdown]
+usage: python scripts/fit_cost.py [POINTS.csv] [--holdout] [--hold-out-shape TEXT] [--hold-out-input N]
+                                  [--hold-out-run RUN] [--markdown]
 
 Reads the measurement table (advisor/data/measurements/h200_vllm0.26/points.csv), replays each run's
 schedule step by step (`MeasuredPoint.request_features`: every step priced by `CostModel.step_terms`, the
 same function the model predicts with; each request's TPOT from its own steps), and solves for the
 non-negative coefficients that minimise the squared RELATIVE error of the predicted median TPOT. Points
-marked `holdout=1` (with --holdout), of a shape whose name contains --hold-out-shape, or of prompt length
---hold-out-input are left out of the fit and reported separately: they test that the fit carries to shapes
+marked `holdout=1` (with --holdout), of a shape whose name contains --hold-out-shape, of prompt length
+--hold-out-input, or of run --hold-out-run are left out of the fit and reported separately: they test that the fit carries to shapes
 and prompt lengths it was not fitted on. Prints the coefficients as Calibration fields and
 every point's residual (--markdown: the table docs/engine.md shows).
 """
@@ -69,13 +70,14 @@ def main() -> None:
     parser.add_argument("--holdout", action="store_true", help="leave points marked holdout=1 out of the fit")
     parser.add_argument("--hold-out-shape", action="append", default=[], help="leave out shapes containing this")
     parser.add_argument("--hold-out-input", action="append", type=int, default=[], help="leave out this input length")
+    parser.add_argument("--hold-out-run", action="append", default=[], help="leave out the points of this run")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
     points = load_points(args.points)
 
     def held_out(p) -> bool:
         return ((args.holdout and p.holdout) or any(text in p.shape for text in args.hold_out_shape)
-                or p.input_len in args.hold_out_input)
+                or p.input_len in args.hold_out_input or p.run in args.hold_out_run)
 
     calibration = fit(points, held_out)
     for name, _ in FIELDS.values():

@@ -1,6 +1,7 @@
-"""Cost model against real GPU measurements: the 52 points of advisor/data/measurements/h200_vllm0.26
+"""Cost model against real GPU measurements: the 60 points of advisor/data/measurements/h200_vllm0.26
 (vLLM 0.26.0 on one H200; 1.5B, 8B and 14B dense shapes; k = 0, 1, 2, 4, 8 at synthetic acceptance; inputs
-128 / 512 / 2048; concurrency 1 to 128), which the calibration was fitted to (scripts/fit_cost.py).
+128 / 512 / 2048; concurrency 1 to 128; runs w1, reference and the w2 re-measurement of the 1.5B shape's
+k = 4 and 8 cells), which the calibration was fitted to (scripts/fit_cost.py).
 """
 from __future__ import annotations
 
@@ -15,7 +16,13 @@ from advisor.engine.whatif import whatif
 from advisor.errors import ConfigError
 
 POINTS = load_points()
-WORST_RESIDUAL = 0.26  # measured worst: 25.2% (1.5B shape, k=8, concurrency 32); docs/engine.md
+WORST_RESIDUAL = 0.29  # measured worst: 28.8% (1.5B shape, k=8, concurrency 32, 64 requests, w2); docs/engine.md
+# The points beyond the issue's 15% (docs/engine.md says why): (shape, k, concurrency, requests, run)
+BEYOND_15 = {
+    ("qwen2.5-1.5b", 8, 32, 64, "w1-2026-12-02"), ("qwen2.5-1.5b", 8, 32, 64, "w2-2026-12-03"),
+    ("qwen2.5-1.5b", 8, 128, 256, "w1-2026-12-02"), ("qwen2.5-1.5b", 8, 128, 1024, "w2-2026-12-03"),
+    ("qwen2.5-1.5b", 4, 128, 1024, "w2-2026-12-03"), ("llama-3.1-8b", 4, 8, 32, "reference-2026-12-02"),
+}
 
 
 def test_measurements_cover_the_design() -> None:
@@ -27,7 +34,7 @@ def test_measurements_cover_the_design() -> None:
     assert min(p.concurrency for p in POINTS) == 1 and max(p.concurrency for p in POINTS) == 128
     assert all(p.run and p.gpu == "H200" for p in POINTS)
     with DEFAULT_POINTS.open() as handle:
-        assert len(list(csv.DictReader(handle))) == len(POINTS) == 52
+        assert len(list(csv.DictReader(handle))) == len(POINTS) == 60
 
 
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: f"{p.shape[:12]}-k{p.k}-in{p.input_len}-c{p.concurrency}")
@@ -36,26 +43,30 @@ def test_model_agrees_with_every_measured_point(point) -> None:
 
 
 def test_most_points_within_15_percent() -> None:
-    """The issue's bound (15% everywhere) holds at 49 of the 52 points; the three misses (docs/engine.md) are
-    the 1.5B shape's k=8 pair, which no step model monotone in verified tokens can fit together, and the 8B
-    k=4 cell at concurrency 8, a single run at the measurements' run-to-run spread."""
-    misses = {(p.shape[:12], p.k, p.input_len, p.concurrency) for p in POINTS
+    """The issue's bound (15% everywhere) holds at 54 of the 60 points; the six beyond it are the 1.5B
+    shape's k = 8 / k = 4 cells at concurrency 32 and 128, whose repeated runs disagree with each other and with
+    any step model monotone in verified tokens (next test), and the 8B k=4 cell at concurrency 8."""
+    beyond = {(p.shape[:12], p.k, p.concurrency, p.num_prompts, p.run) for p in POINTS
               if abs(p.predict() / p.median_tpot_ms - 1) > 0.15}
-    assert misses <= {("qwen2.5-1.5b", 8, 512, 32), ("qwen2.5-1.5b", 8, 512, 128), ("llama-3.1-8b", 4, 512, 8)}
+    assert beyond <= BEYOND_15
 
 
-def test_the_1_5b_k8_pair_contradicts_any_monotone_step_model() -> None:
-    """Measured step time (TPOT x acceptance length) of k=8 over k=4 on the 1.5B shape: 1.5x at concurrency
-    32 (288 against 160 verified tokens per step, both inside the captured CUDA graphs) but 0.94x at 128
-    (1,152 against 640, both without graphs). Verifying four more tokens per sequence cannot get cheaper as
-    the batch grows, so these two points carry a measurement artefact the model is not bent to."""
-    def step(k: int, concurrency: int) -> float:
-        point = next(p for p in POINTS if p.shape.startswith("qwen2.5-1.5b") and p.k == k and p.input_len == 512
-                     and p.concurrency == concurrency)
-        return point.median_tpot_ms * point.acceptance_length
+def test_the_1_5b_k8_and_k4_cells_contradict_any_monotone_step_model() -> None:
+    """Measured step time (TPOT x acceptance length) at concurrency 128: k=8 (1,152 verified tokens per step)
+    costs less than k=4 (640) in w1 (256 requests) and again in w2's long runs (1,024 requests), though both
+    run without CUDA graphs; and the same k=8 cell run twice the same way (256 requests) differs by 26%."""
+    def point(k: int, concurrency: int, prompts: int, run: str):
+        return next(p for p in POINTS if p.shape.startswith("qwen2.5-1.5b") and p.k == k and p.input_len == 512
+                    and p.concurrency == concurrency and p.num_prompts == prompts and p.run == run)
 
-    assert step(8, 32) / step(4, 32) > 1.4
-    assert step(8, 128) / step(4, 128) < 1.0
+    def step(k: int, concurrency: int, prompts: int, run: str) -> float:
+        measured = point(k, concurrency, prompts, run)
+        return measured.median_tpot_ms * measured.acceptance_length
+
+    assert step(8, 128, 256, "w1-2026-12-02") < step(4, 128, 256, "w1-2026-12-02")
+    assert step(8, 128, 1024, "w2-2026-12-03") < step(4, 128, 1024, "w2-2026-12-03")
+    repeat = point(8, 128, 256, "w2-2026-12-03").median_tpot_ms / point(8, 128, 256, "w1-2026-12-02").median_tpot_ms
+    assert repeat > 1.2
 
 
 def test_a_run_is_priced_by_its_own_schedule() -> None:

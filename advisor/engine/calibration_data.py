@@ -41,7 +41,8 @@ SYNTHETIC_RATES = {
 # vLLM's default --max-num-batched-tokens for the API server on a GPU of 70-160 GiB (H100, H200;
 # vllm/engine/arg_utils.py), which the measurement servers ran with; --max-num-seqs was 256.
 BENCH_MAX_BATCHED_TOKENS = 8192
-BENCH_MAX_NUM_SEQS = 256
+# --max-num-seqs of each run's servers (README.md): it bounds the batch and sets the largest captured CUDA graph
+MAX_NUM_SEQS_BY_RUN = {"w1-2026-12-02": 128, "reference-2026-12-02": 256, "w2-2026-12-03": 256}
 
 
 def measured_shape(name: str, data_dir: Path = DATA_DIR) -> ModelSpec:
@@ -78,6 +79,11 @@ class MeasuredPoint:
         and last token, over output_len - 1 (its TPOT = row . coefficients). See the module docstring."""
         return _request_features(self, calibration.cuda_graph_max_tokens)
 
+    @property
+    def max_num_seqs(self) -> int:
+        """The servers' --max-num-seqs in this point's run (README.md beside the table)."""
+        return MAX_NUM_SEQS_BY_RUN[self.run]
+
     def predict(self, calibration: Calibration = H200_CALIBRATION) -> float:
         """The model's median TPOT over this run's requests (ms), as `vllm bench serve` reports it."""
         names, rows = self.request_features(calibration)
@@ -90,7 +96,8 @@ def _request_features(point: MeasuredPoint, graph_max_tokens: int) -> tuple[list
     """The bench run's schedule replayed step by step (module docstring); acceptance drawn per sequence and
     step from the run's synthetic rates with a fixed seed."""
     calibration = replace(H200_CALIBRATION, cuda_graph_max_tokens=graph_max_tokens)  # only counts matter here
-    cost = CostModel(measured_shape(point.shape), resolve_gpu(point.gpu), calibration=calibration)
+    cost = CostModel(measured_shape(point.shape), resolve_gpu(point.gpu), calibration=calibration,
+                     max_num_seqs=point.max_num_seqs)
     rates = np.array(SYNTHETIC_RATES[point.k] if point.k else ())
     rng = np.random.default_rng(0)
     total = point.num_prompts
@@ -112,7 +119,7 @@ def _request_features(point: MeasuredPoint, graph_max_tokens: int) -> tuple[list
                 break
             chunks[r] = min(point.input_len - prefilled[r], budget)
             budget -= chunks[r]
-        while waiting and budget > 0 and len(running) < BENCH_MAX_NUM_SEQS:
+        while waiting and budget > 0 and len(running) < point.max_num_seqs:
             r = waiting.pop(0)
             running.append(r)
             chunks[r] = min(point.input_len, budget)

@@ -41,7 +41,7 @@ class Calibration:
     prefill_compute_efficiency: float  # e_prefill: same for prefill chunks (large GEMMs)
     speculation_overhead_ms: float  # t_spec: proposer bookkeeping + rejection sampler per step
     eager_penalty_ms: float  # t_eager per layer: a step above the largest captured CUDA graph launches kernels
-    cuda_graph_max_tokens: int  # largest captured graph (tokens per step)
+    cuda_graph_max_tokens: int  # vLLM's ceiling on captured graphs (tokens per step); see captured_graph_max
     async_scheduling_saving_ms: float  # what async scheduling saves per step (methods that keep it)
     draft_forward_overhead_ms: float  # launch cost of one captured draft forward (not calibrated here)
     source: str
@@ -50,29 +50,42 @@ class Calibration:
     per_draft_token_ms: float = 0.0  # t_draft: proposer + rejection-sampler bookkeeping per draft token per step
 
 
-# Fitted by scripts/fit_cost.py (non-negative least squares on the relative error of median TPOT) to all 52
+# Fitted by scripts/fit_cost.py (non-negative least squares on the relative error of median TPOT) to all 60
 # points of advisor/data/measurements/h200_vllm0.26/points.csv: vLLM 0.26.0 on one H200, three dense shapes
 # (1.5B, 8B, 14B), k = 0, 1, 2, 4, 8, inputs 128 / 512 / 2048, concurrency 1 to 128, each point priced by
-# replaying its bench run's schedule (advisor.engine.calibration_data). Worst point 25.2% (1.5B, k=8,
-# concurrency 32); docs/engine.md lists every residual and the hold-out experiments. The compute and KV
+# replaying its bench run's schedule (advisor.engine.calibration_data). Worst point 28.8% (1.5B, k=8,
+# concurrency 32, 64 requests); docs/engine.md lists every residual and the hold-out experiments. The compute and KV
 # factors come out above 1: decode GEMMs and KV reads overlap the weight stream, which the additive form
 # charges twice, so these are fitted factors, not achieved shares of peak.
 # async_scheduling_saving_ms = 6.66 - 4.97 ms, the reference note (V1 without async vs MRv2 with async).
 H200_CALIBRATION = Calibration(
-    step_overhead_ms=1.978,
-    bandwidth_efficiency=0.7959,
-    decode_compute_efficiency=1.084,
-    prefill_compute_efficiency=0.9114,
-    speculation_overhead_ms=0.1835,
-    eager_penalty_ms=0.179,
+    step_overhead_ms=1.975,
+    bandwidth_efficiency=0.7993,
+    decode_compute_efficiency=1.131,
+    prefill_compute_efficiency=0.9507,
+    speculation_overhead_ms=0.2266,
+    eager_penalty_ms=0.2105,
     cuda_graph_max_tokens=512,
     async_scheduling_saving_ms=1.69,
     draft_forward_overhead_ms=0.15,
-    source="H200 measurements, vLLM 0.26.0, 2026-12-02 (advisor/data/measurements/h200_vllm0.26)",
-    kv_bandwidth_efficiency=1.198,
-    per_sequence_ms=0.01463,
-    per_draft_token_ms=0.008939,
+    source="H200 measurements, vLLM 0.26.0, 2026-12-02 and 03 (advisor/data/measurements/h200_vllm0.26)",
+    kv_bandwidth_efficiency=1.015,
+    per_sequence_ms=0.01472,
+    per_draft_token_ms=0.008559,
 )
+
+
+def captured_graph_max(ceiling: int, max_num_seqs: int, k: int) -> int:
+    """The largest step (tokens) vLLM 0.26 runs as a captured CUDA graph. The capture maximum is
+    min(max_num_seqs * (1 + k) * 2, ceiling) (VllmConfig._set_cudagraph_sizes, vllm/config/vllm.py), over the
+    sizes 1, 2, 4, multiples of 8 below 256, then of 16; with k drafts each size is rounded up to a multiple
+    of 1 + k and those above the maximum are dropped (CompilationConfig.adjust_cudagraph_sizes_for_spec_decode):
+    512 without drafts at --max-num-seqs 256 but 256 at 128; 500 with k=4, 504 with k=8."""
+    top = min(max_num_seqs * (1 + k) * 2, ceiling)
+    sizes = [size for size in [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)] if size <= top]
+    if k > 0:
+        sizes = [size for size in (-(-size // (1 + k)) * (1 + k) for size in sizes) if size <= top] or [1 + k]
+    return max(sizes)
 
 
 @dataclass(frozen=True)
@@ -124,13 +137,15 @@ class CostModel:
     (it adds a little per layer, so TP predictions are optimistic).
     """
 
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, calibration: Calibration = H200_CALIBRATION):
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, calibration: Calibration = H200_CALIBRATION,
+                 max_num_seqs: int = 256):
         if tp < 1:
             raise ValueError("tp must be >= 1")
         self.model = model
         self.gpu = gpu
         self.tp = tp
         self.cal = calibration
+        self.max_num_seqs = max_num_seqs  # the server's --max-num-seqs: it sets the largest captured CUDA graph
 
     # -- per-token quantities ----------------------------------------------------------------------------
     def weight_bytes(self, tokens_in_step: float) -> float:
@@ -171,7 +186,8 @@ class CostModel:
         batch = max(load.batch, 1.0)
         decode_tokens = batch * load.tokens_per_seq
         chunk = load.prefill_chunk or load.prefill_tokens
-        graph_max = self.cal.cuda_graph_max_tokens
+        drafts = max(round(load.tokens_per_seq) - 1, 0) if load.speculative else 0  # the server's k
+        graph_max = captured_graph_max(self.cal.cuda_graph_max_tokens, self.max_num_seqs, drafts)
         if decode_tokens > graph_max:
             eager_share = 1.0
         elif chunk > 0 and decode_tokens + chunk > graph_max:

@@ -268,7 +268,8 @@ def _candidate_for_group(
     notes: list[str] = []
     table: list[list[int]] | None = None
     if best.method in DYNAMIC_K_METHODS and len(points) > 1:
-        bands = best_k_per_batch(cost, points, workload.mean_context, max_batch, workload.baseline_step_scale)
+        bands = best_k_per_batch(cost, points, workload.mean_context, max_batch, workload.baseline_step_scale,
+                                 workload.prefills())
         ks = {band[2] for band in bands if band[0] <= max(base_peak.batch, base_typical.batch) * 1.5}
         if len(ks) > 1 or 0 in ks:
             by_k = {p.k: p for p in points}

@@ -122,6 +122,11 @@ class Workload:
     def mean_context(self) -> float:
         return self.input_len + self.output_len / 2
 
+    def prefills(self, max_batched_tokens: int = 8192) -> Prefills:
+        """The prompt chunks this workload's sequences bring to each step in a steady state."""
+        computed = self.input_len * (1.0 - self.cached_share)
+        return Prefills(computed / max(self.output_len, 1.0), min(max(computed, 1.0), max_batched_tokens))
+
 
 def evaluate(
     cost: CostModel,
@@ -175,24 +180,41 @@ def closed_loop_point(cost: CostModel, workload: Workload, concurrency: int, poi
     )
 
 
+@dataclass(frozen=True)
+class Prefills:
+    """The prompts a batch's sequences bring in a steady state: `prompt_per_output` prompt tokens computed per
+    output token (prompt not served by the prefix cache / output length), arriving as chunks of `chunk` tokens."""
+
+    prompt_per_output: float = 0.0
+    chunk: float = 0.0
+
+    def load(self, batch: float, tokens_per_step: float) -> dict[str, float]:
+        """StepLoad fields: each of `batch` sequences emits `tokens_per_step` and is replaced when it ends."""
+        return {"prefill_tokens": batch * tokens_per_step * self.prompt_per_output, "prefill_chunk": self.chunk}
+
+
 def goodput(cost: CostModel, batch: int, point: SpecPoint | None, mean_context: float,
-            speculative_server: bool = False, baseline_scale: float = 1.0) -> float:
+            speculative_server: bool = False, baseline_scale: float = 1.0, prefills: Prefills = Prefills()) -> float:
     """Output tokens per ms at a fixed batch: batch * E(k) / T_step(batch, k) (SmartSpec, priors.md).
 
     `speculative_server`: the server runs a lookup proposer, so even k = 0 steps lose async scheduling.
     `baseline_scale`: the measured factor on steps without speculation (`Workload.baseline_step_scale`).
+    `prefills`: the prompts that share the steps (a faster setting brings them faster).
     """
     if point is None:
-        load = StepLoad(batch, 1.0, mean_context, async_scheduling=not speculative_server, scale=baseline_scale)
+        load = StepLoad(batch, 1.0, mean_context, async_scheduling=not speculative_server, scale=baseline_scale,
+                        **prefills.load(batch, 1.0))
         return batch / cost.step_ms(load)
     draft = cost.draft_ms(point.draft, batch, point.k, mean_context) if point.draft else 0.0
     load = StepLoad(batch, point.verify_tokens_per_seq, mean_context, speculative=True,
-                    async_scheduling=point.async_scheduling, draft_ms=draft, scale=point.step_scale)
+                    async_scheduling=point.async_scheduling, draft_ms=draft, scale=point.step_scale,
+                    **prefills.load(batch, point.tokens_per_step))
     return batch * point.tokens_per_step / cost.step_ms(load)
 
 
 def best_k_per_batch(
-    cost: CostModel, points: list[SpecPoint], mean_context: float, max_batch: int, baseline_scale: float = 1.0
+    cost: CostModel, points: list[SpecPoint], mean_context: float, max_batch: int, baseline_scale: float = 1.0,
+    prefills: Prefills = Prefills(),
 ) -> list[list[int]]:
     """The k (0 = no drafts) with the highest goodput for every batch size, as vLLM's
     `num_speculative_tokens_per_batch_size` bands `[start, end, k]` (inclusive, covering 1..max_batch).
@@ -203,8 +225,8 @@ def best_k_per_batch(
     speculative_server = bool(points) and not points[0].async_scheduling
     bands: list[list[int]] = []
     for batch in range(1, max_batch + 1):
-        values = {0: goodput(cost, batch, None, mean_context, speculative_server, baseline_scale)}
-        values.update({k: goodput(cost, batch, point, mean_context) for k, point in by_k.items()})
+        values = {0: goodput(cost, batch, None, mean_context, speculative_server, baseline_scale, prefills)}
+        values.update({k: goodput(cost, batch, point, mean_context, prefills=prefills) for k, point in by_k.items()})
         best_k = max(values, key=values.__getitem__)
         if bands and values[bands[-1][2]] >= values[best_k] * (1 - BAND_SWITCH_GAIN):
             bands[-1][1] = batch
