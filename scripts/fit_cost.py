@@ -84,15 +84,16 @@ def main() -> None:
         print(f"{name}={getattr(calibration, name):.4g},")
     worst = {"fit": 0.0, "holdout": 0.0}
     if args.markdown:
-        print("\n| shape | k | input | concurrency | measured TPOT ms | model ms | residual | set |")
-        print("|---|---:|---:|---:|---:|---:|---:|---|")
+        print("\n| shape | k | input | concurrency | requests | run | measured TPOT ms | model ms | residual | set |")
+        print("|---|---:|---:|---:|---:|---|---:|---:|---:|---|")
     for p in points:
         predicted = p.predict(calibration)
         residual = predicted / p.median_tpot_ms - 1
         kind = "holdout" if held_out(p) else "fit"
         worst[kind] = max(worst[kind], abs(residual))
         if args.markdown:
-            print(f"| {p.shape} | {p.k} | {p.input_len} | {p.concurrency} | {p.median_tpot_ms:.2f} | "
+            print(f"| {p.shape} | {p.k} | {p.input_len} | {p.concurrency} | {p.num_prompts} | {p.run.split('-')[0]} | "
+                  f"{p.median_tpot_ms:.2f} | "
                   f"{predicted:.2f} | {residual:+.1%} | {kind} |")
         else:
             print(f"{p.shape:<36} k={p.k} in={p.input_len:<5} c={p.concurrency:<4} measured={p.median_tpot_ms:7.2f} "

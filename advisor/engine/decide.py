@@ -592,7 +592,7 @@ def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc
     max_batch = options.max_num_seqs or DEFAULT_MAX_NUM_SEQS
     if options.max_num_seqs is None:
         assumptions.append(f"--max-num-seqs assumed {DEFAULT_MAX_NUM_SEQS}")
-    cost = CostModel(model, gpu, options.tp)
+    cost = CostModel(model, gpu, options.tp, max_num_seqs=max_batch)
     workload = _workload(report, cost, max_batch, assumptions)
     history_lines: list[str] = []
     measured_steps = _history(report, cost, model_given, gpu_given, history_lines)
