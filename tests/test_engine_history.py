@@ -113,7 +113,7 @@ def test_acceptance_measured_on_other_logs_is_not_used(tmp_path: Path, model_dir
 
 
 @pytest.mark.parametrize("change, reason", [
-    (lambda r: r["hardware"].update(gpus=[]), "measured on a CPU build, which never calibrates a GPU"),
+    (lambda r: r["hardware"].update(gpus=[]), "no GPU in the record (a CPU build), which never calibrates a GPU"),
     (lambda r: r["hardware"].update(gpus=["NVIDIA H100 80GB HBM3"]), "another GPU (NVIDIA H100 80GB HBM3)"),
     (lambda r: r["protocol"]["serve_args"].extend(["--tensor-parallel-size", "2"]), "tensor-parallel size 2, not 1"),
     (lambda r: r["inputs"].update(model="Qwen/Qwen2.5-14B", served_model_name=None), "another model (Qwen/Qwen2.5-14B)"),

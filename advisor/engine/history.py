@@ -269,7 +269,7 @@ def calibrate(runs: tuple[VerifyRun, ...], target: str, gpu: GpuSpec, tp: int, c
         elif not _same_model(target, run):
             ignored.append(f"{run.source}: another model ({run.model})")
         elif not run.gpus:
-            ignored.append(f"{run.source}: measured on a CPU build, which never calibrates a GPU")
+            ignored.append(f"{run.source}: no GPU in the record (a CPU build), which never calibrates a GPU")
         elif any(host is not gpu for host in hosts):
             ignored.append(f"{run.source}: another GPU ({', '.join(run.gpus)})")
         elif run.tp != tp:
