@@ -80,6 +80,11 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None,
         from advisor.measure.specreplay import normalize_config
 
         normalize_config(options.speculative_config)  # fail before reading gigabytes of logs
+    history = ()
+    if options.history is not None:
+        from advisor.engine.history import read_history
+
+        history = read_history(options.history)  # a bad history fails before the logs are read
     ingest_stats = IngestStats()
     tokenizer_state: dict[str, Any] = {}
     runners = _draft_runners(options, tokenizer_state)  # refuse a missing extra or a wrong draft before reading
@@ -88,7 +93,7 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None,
     )
     collected = stream.collect(requests, _stream_options(options), tokenizer_state, workers, progress)
 
-    report = _assemble(options, ingest_stats, collected, tokenizer_state)
+    report = replace(_assemble(options, ingest_stats, collected, tokenizer_state), verify_history=history)
     if runners and collected.replay_inputs:
         report = _with_draft_replays(report, runners, collected, options, draft_progress)
     features = _features(collected)

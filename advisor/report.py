@@ -24,7 +24,10 @@ import orjson
 from advisor.errors import InputError
 from advisor.vllm_vocab import DEFAULT_GPU_MEMORY_UTILIZATION
 
-SCHEMA_VERSION = 5  # 5: apc.blocks_for_ceiling is the smallest cache that evicts nothing
+# 5: verify_history section (issue 9); 6: apc.blocks_for_ceiling is the smallest cache that evicts nothing
+SCHEMA_VERSION = 6
+# The schema of an `advise verify` record (advisor.verify.history writes it; advisor.engine.history reads it).
+VERIFY_RECORD_SCHEMA = "advise.verify/1"
 
 
 class ReportError(InputError):
@@ -66,6 +69,7 @@ class ProfileOptions:
     tp: int = 1
     max_num_seqs: int | None = None  # the deployment's --max-num-seqs (engine default: assumed and stated)
     request_rate: float | None = None  # business load in req/s, for logs without timestamps
+    history: str | None = None  # an `advise verify` history file (JSON Lines) whose measurements the engine uses
     kv_cache_memory_bytes: int | None = None
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     recommend: bool = True
@@ -370,6 +374,45 @@ class DraftReplay:
 
 
 @dataclass(frozen=True)
+class VerifyArm:
+    """One arm of a verify record: its server setting and what its runs measured (means over trials)."""
+
+    name: str  # "baseline" or "candidate"
+    speculative_config: dict | None
+    synthetic_acceptance: bool  # drafts accepted at configured rates: the arm measured cost, not acceptance
+    runs: int
+    median_tpot_ms: float  # mean over the arm's runs of `vllm bench serve`'s median TPOT
+    tokens_per_step: float | None = None  # emitted tokens per sequence per step (server counters); None: no drafts
+    verify_tokens_per_seq: float | None = None  # 1 + draft tokens per sequence per step
+    mean_acceptance_length: float | None = None
+    per_position_acceptance: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class VerifyRun:
+    """One `advise verify` record of a history file (`--history`), reduced to what the engine matches and uses.
+
+    `source` names the record (file:line and its creation time) wherever the engine cites it.
+    """
+
+    source: str
+    created: str | None
+    mode: str  # "speculative" or "apc"
+    model: str
+    served_model_name: str | None
+    gpus: tuple[str, ...]  # the serving host's GPU names; empty: a CPU build
+    tp: int
+    logs: tuple[str, ...]  # the logs the verify dataset was built from
+    requests: int
+    input_len: float  # mean prompt tokens per request of the verify dataset
+    output_len: float
+    max_concurrency: int | None
+    request_rate: float | None  # None: all at once (inf)
+    apc_hit_rate: float | None
+    arms: tuple[VerifyArm, ...]
+
+
+@dataclass(frozen=True)
 class LoadPoint:
     """A steady state at one load as the cost model predicts it (rounded for the report)."""
 
@@ -556,6 +599,7 @@ class Report:
     disabled_analyses: tuple[Disabled, ...]
     recommendation: Recommendation | None = None
     draft_replay: tuple[DraftReplay, ...] = ()
+    verify_history: tuple[VerifyRun, ...] = ()  # records of `--history`; the engine uses those that match
     schema_version: int = SCHEMA_VERSION
 
     @property

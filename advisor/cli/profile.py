@@ -58,6 +58,9 @@ class _DraftBar:
 @click.option("--max-num-seqs", type=click.IntRange(1, limits.MAX_NUM_SEQS), help="The deployment's --max-num-seqs (default: assumed and stated).")
 @click.option("--request-rate", type=FiniteFloatRange(0, limits.MAX_REQUEST_RATE, min_open=True),
               help="Business load in requests/s, for logs without timestamps.")
+@click.option("--history", type=click.Path(dir_okay=False, exists=True), metavar="HISTORY.jsonl",
+              help="An `advise verify` history: records for the same --model, --gpu and --tp replace the fitted step "
+                   "costs and the acceptance (docs/engine.md).")
 @click.option("--block-size", type=click.IntRange(1, limits.MAX_BLOCK_SIZE), default=16, show_default=True,
               help="vLLM KV block size for prefix caching (16 on GPU, 128 on vLLM's CPU backend).")
 @click.option("--hash-block-size", type=click.IntRange(1, limits.MAX_BLOCK_SIZE), default=512, show_default=True,
@@ -83,7 +86,7 @@ class _DraftBar:
               help="Processes that tokenize and measure (the report is the same; only the speed changes).")
 def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokenizer: str | None, model: str | None,
                     gpu: str | None, tp: int, max_num_seqs: int | None, request_rate: float | None,
-                    block_size: int, hash_block_size: int, speculative_config: dict | None, drafts: tuple[str, ...],
+                    history: str | None, block_size: int, hash_block_size: int, speculative_config: dict | None, drafts: tuple[str, ...],
                     max_draft_requests: int, no_replay: bool,
                     no_sweep: bool, max_replay_requests: int, no_recommend: bool, as_json: bool, out: str | None,
                     checklist: str | None, html_path: str | None, no_progress: bool, workers: int) -> None:
@@ -100,7 +103,7 @@ def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokeni
         raise ConfigError("--checklist needs the recommendation: drop --no-recommend")
     options = ProfileOptions(
         paths=logs, fmt=fmt, strict=strict, tokenizer=tokenizer, model=model, gpu=gpu, tp=tp, max_num_seqs=max_num_seqs,
-        request_rate=request_rate, block_size=block_size,
+        request_rate=request_rate, history=history, block_size=block_size,
         hash_block_size=hash_block_size, speculative_config=speculative_config, drafts=drafts,
         max_draft_requests=max_draft_requests, replay=not no_replay,
         sweep=not no_sweep,

@@ -6,13 +6,25 @@ shape (random weights of that shape: `shapes/<shape>/config.json`), no speculati
 drafts exactly k tokens every step at fixed synthetic acceptance. README.md beside the table gives the
 provenance (vLLM version, flags, date, GPU). tests/test_engine_cost.py checks the model against every row;
 scripts/fit_cost.py refits the coefficients from them.
+
+A run is short (`--num-prompts` 2C to 4C of one fixed length: two to four waves of C requests that start
+together), so its median TPOT is not the steady state `CostModel.closed_loop` models: the first requests
+of a wave decode through the chunked prefills of the rest, the last ones through none. Each point is
+therefore priced by replaying the run's schedule step by step as vLLM's scheduler builds it (running
+decodes first, then prefill chunks in arrival order within `max_num_batched_tokens`; a finished request
+lets the client send the next), every step priced by `CostModel.step_terms`, and each request's TPOT
+taken from its own steps, as `vllm bench serve` computes it. The schedule does not depend on step times
+(the closed loop counts steps, not seconds), so a request's TPOT stays linear in the coefficients.
 """
 from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
+
+import numpy as np
 
 from advisor.engine.cost import H200_CALIBRATION, Calibration, CostModel, StepLoad
 from advisor.errors import InputError
@@ -20,6 +32,17 @@ from advisor.hardware import ModelSpec, _from_config_dict, resolve_gpu
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "measurements" / "h200_vllm0.26"
 DEFAULT_POINTS = DATA_DIR / "points.csv"
+# The per-position synthetic acceptance rates each k ran with (README.md beside the table): rate j is the
+# probability that draft position j is accepted, so a step emits 1 + #{j: u < rate_j} tokens for one uniform u
+# (mean 1 + sum of the rates: 1.8, 2.4, 3.0, 3.18, the measured acceptance lengths).
+SYNTHETIC_RATES = {
+    1: (0.8,), 2: (0.8, 0.6), 4: (0.8, 0.6, 0.4, 0.2), 8: (0.8, 0.6, 0.4, 0.2, 0.1, 0.05, 0.02, 0.01),
+}
+# vLLM's default --max-num-batched-tokens for the API server on a GPU of 70-160 GiB (H100, H200;
+# vllm/engine/arg_utils.py), which the measurement servers ran with; --max-num-seqs was 256.
+BENCH_MAX_BATCHED_TOKENS = 8192
+# --max-num-seqs of each run's servers (README.md): it bounds the batch and sets the largest captured CUDA graph
+MAX_NUM_SEQS_BY_RUN = {"w1-2026-12-02": 128, "reference-2026-12-02": 256, "w2-2026-12-03": 256}
 
 
 def measured_shape(name: str, data_dir: Path = DATA_DIR) -> ModelSpec:
@@ -51,26 +74,81 @@ class MeasuredPoint:
     run: str
     holdout: bool
 
-    def load(self) -> tuple[ModelSpec, StepLoad, float]:
-        """The closed-loop step this point's bench produced, as `CostModel.closed_loop` models it."""
-        model = measured_shape(self.shape)
-        al = self.acceptance_length if self.k else 1.0
-        load = StepLoad(
-            batch=self.concurrency, tokens_per_seq=1.0 + self.k, mean_context=self.input_len + self.output_len / 2,
-            prefill_tokens=(self.concurrency - 1) * al / self.output_len * self.input_len, speculative=self.k > 0,
-        )
-        return model, load, al
+    def request_features(self, calibration: Calibration = H200_CALIBRATION) -> tuple[list[str], np.ndarray]:
+        """Feature names and one row per request: the sum of `step_terms` over the steps between its first
+        and last token, over output_len - 1 (its TPOT = row . coefficients). See the module docstring."""
+        return _request_features(self, calibration.cuda_graph_max_tokens)
+
+    @property
+    def max_num_seqs(self) -> int:
+        """The servers' --max-num-seqs in this point's run (README.md beside the table)."""
+        return MAX_NUM_SEQS_BY_RUN[self.run]
 
     def predict(self, calibration: Calibration = H200_CALIBRATION) -> float:
-        """The model's median TPOT for this point (ms)."""
-        model, load, al = self.load()
-        return CostModel(model, resolve_gpu(self.gpu), calibration=calibration).step_ms(load) / al
+        """The model's median TPOT over this run's requests (ms), as `vllm bench serve` reports it."""
+        names, rows = self.request_features(calibration)
+        coefficients = CostModel(measured_shape(self.shape), resolve_gpu(self.gpu), calibration=calibration).coefficients()
+        return float(np.median(rows @ np.array([coefficients[name] for name in names])))
 
 
-def point_features(point: MeasuredPoint, calibration: Calibration = H200_CALIBRATION) -> tuple[dict[str, float], float]:
-    """The point's step features (`CostModel.step_terms`) and 1 / tokens per step (TPOT = step / AL)."""
-    model, load, al = point.load()
-    return CostModel(model, resolve_gpu(point.gpu), calibration=calibration).step_terms(load), 1.0 / al
+@lru_cache(maxsize=None)
+def _request_features(point: MeasuredPoint, graph_max_tokens: int) -> tuple[list[str], np.ndarray]:
+    """The bench run's schedule replayed step by step (module docstring); acceptance drawn per sequence and
+    step from the run's synthetic rates with a fixed seed."""
+    calibration = replace(H200_CALIBRATION, cuda_graph_max_tokens=graph_max_tokens)  # only counts matter here
+    cost = CostModel(measured_shape(point.shape), resolve_gpu(point.gpu), calibration=calibration,
+                     max_num_seqs=point.max_num_seqs)
+    rates = np.array(SYNTHETIC_RATES[point.k] if point.k else ())
+    rng = np.random.default_rng(0)
+    total = point.num_prompts
+    waiting = list(range(min(point.concurrency, total)))
+    sent = len(waiting)
+    running: list[int] = []
+    prefilled = [0] * total
+    generated = [0] * total
+    first_step = [0] * total
+    last_step = [0] * total
+    finished = 0
+    steps: list[dict[str, float]] = []
+    while finished < total:
+        decoding = [r for r in running if prefilled[r] >= point.input_len]
+        budget = BENCH_MAX_BATCHED_TOKENS - len(decoding) * (1 + point.k)
+        chunks: dict[int, int] = {}
+        for r in [r for r in running if prefilled[r] < point.input_len]:
+            if budget <= 0:
+                break
+            chunks[r] = min(point.input_len - prefilled[r], budget)
+            budget -= chunks[r]
+        while waiting and budget > 0 and len(running) < point.max_num_seqs:
+            r = waiting.pop(0)
+            running.append(r)
+            chunks[r] = min(point.input_len, budget)
+            budget -= chunks[r]
+        context = float(np.mean([point.input_len + generated[r] for r in decoding])) if decoding else 0.0
+        load = StepLoad(batch=len(decoding), tokens_per_seq=1.0 + point.k, mean_context=context,
+                        prefill_tokens=float(sum(chunks.values())), speculative=point.k > 0 and bool(decoding))
+        terms = cost.step_terms(load)
+        if not decoding:  # a prefill-only step: no sequence decodes (step_terms counts at least one)
+            terms.update(per_sequence=0.0, draft_tokens=0.0, kv_read=0.0, decode_compute=0.0)
+        steps.append(terms)
+        step = len(steps) - 1
+        for r in decoding:
+            generated[r] += 1 + int(np.count_nonzero(rng.random() < rates))
+            if generated[r] >= point.output_len:
+                last_step[r] = step
+                running.remove(r)
+                finished += 1
+                if sent < total:
+                    waiting.append(sent)
+                    sent += 1
+        for r, tokens in chunks.items():
+            prefilled[r] += tokens
+            if prefilled[r] >= point.input_len:
+                generated[r], first_step[r] = 1, step  # the prefill's step samples the first token
+    names = list(steps[0])
+    cumulative = np.vstack([np.zeros(len(names)), np.cumsum([[t[n] for n in names] for t in steps], axis=0)])
+    rows = np.array([(cumulative[last_step[r] + 1] - cumulative[first_step[r] + 1]) for r in range(total)])
+    return names, rows / (point.output_len - 1)
 
 
 def load_points(path: Path = DEFAULT_POINTS) -> list[MeasuredPoint]:

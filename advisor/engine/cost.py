@@ -21,7 +21,7 @@ points in advisor/data/measurements/ (CostModel.step_terms gives each point's fe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from advisor.engine.knowledge import DraftSpec
 from advisor.hardware import GpuSpec, ModelSpec, kv_bytes_per_token_per_rank, weight_bytes_per_rank
@@ -41,7 +41,7 @@ class Calibration:
     prefill_compute_efficiency: float  # e_prefill: same for prefill chunks (large GEMMs)
     speculation_overhead_ms: float  # t_spec: proposer bookkeeping + rejection sampler per step
     eager_penalty_ms: float  # t_eager per layer: a step above the largest captured CUDA graph launches kernels
-    cuda_graph_max_tokens: int  # largest captured graph (tokens per step)
+    cuda_graph_max_tokens: int  # vLLM's ceiling on captured graphs (tokens per step); see captured_graph_max
     async_scheduling_saving_ms: float  # what async scheduling saves per step (methods that keep it)
     draft_forward_overhead_ms: float  # launch cost of one captured draft forward (not calibrated here)
     source: str
@@ -50,28 +50,42 @@ class Calibration:
     per_draft_token_ms: float = 0.0  # t_draft: proposer + rejection-sampler bookkeeping per draft token per step
 
 
-# Fitted by scripts/fit_cost.py (non-negative least squares on the relative error of median TPOT) to all 52
+# Fitted by scripts/fit_cost.py (non-negative least squares on the relative error of median TPOT) to all 60
 # points of advisor/data/measurements/h200_vllm0.26/points.csv: vLLM 0.26.0 on one H200, three dense shapes
-# (1.5B, 8B, 14B), k = 0, 1, 2, 4, 8, inputs 128 / 512 / 2048, concurrency 1 to 128. Worst point 28.6%
-# (1.5B, k=8, concurrency 128); docs/engine.md lists every residual and the hold-out experiment. The compute
-# efficiencies come out above 1: decode and prefill GEMMs overlap the memory stream, which the additive form
-# charges twice, so these two are fitted factors, not achieved shares of peak.
+# (1.5B, 8B, 14B), k = 0, 1, 2, 4, 8, inputs 128 / 512 / 2048, concurrency 1 to 128, each point priced by
+# replaying its bench run's schedule (advisor.engine.calibration_data). Worst point 28.8% (1.5B, k=8,
+# concurrency 32, 64 requests); docs/engine.md lists every residual and the hold-out experiments. The compute and KV
+# factors come out above 1: decode GEMMs and KV reads overlap the weight stream, which the additive form
+# charges twice, so these are fitted factors, not achieved shares of peak.
 # async_scheduling_saving_ms = 6.66 - 4.97 ms, the reference note (V1 without async vs MRv2 with async).
 H200_CALIBRATION = Calibration(
-    step_overhead_ms=1.912,
-    bandwidth_efficiency=0.7804,
-    decode_compute_efficiency=1.121,
-    prefill_compute_efficiency=1.36,
-    speculation_overhead_ms=0.4633,
-    eager_penalty_ms=0.1005,
+    step_overhead_ms=1.975,
+    bandwidth_efficiency=0.7993,
+    decode_compute_efficiency=1.131,
+    prefill_compute_efficiency=0.9507,
+    speculation_overhead_ms=0.2266,
+    eager_penalty_ms=0.2105,
     cuda_graph_max_tokens=512,
     async_scheduling_saving_ms=1.69,
     draft_forward_overhead_ms=0.15,
-    source="H200 measurements, vLLM 0.26.0, 2026-12-02 (advisor/data/measurements/h200_vllm0.26)",
-    kv_bandwidth_efficiency=0.691,
-    per_sequence_ms=0.01485,
-    per_draft_token_ms=0.01066,
+    source="H200 measurements, vLLM 0.26.0, 2026-12-02 and 03 (advisor/data/measurements/h200_vllm0.26)",
+    kv_bandwidth_efficiency=1.015,
+    per_sequence_ms=0.01472,
+    per_draft_token_ms=0.008559,
 )
+
+
+def captured_graph_max(ceiling: int, max_num_seqs: int, k: int) -> int:
+    """The largest step (tokens) vLLM 0.26 runs as a captured CUDA graph. The capture maximum is
+    min(max_num_seqs * (1 + k) * 2, ceiling) (VllmConfig._set_cudagraph_sizes, vllm/config/vllm.py), over the
+    sizes 1, 2, 4, multiples of 8 below 256, then of 16; with k drafts each size is rounded up to a multiple
+    of 1 + k and those above the maximum are dropped (CompilationConfig.adjust_cudagraph_sizes_for_spec_decode):
+    512 without drafts at --max-num-seqs 256 but 256 at 128; 500 with k=4, 504 with k=8."""
+    top = min(max_num_seqs * (1 + k) * 2, ceiling)
+    sizes = [size for size in [1, 2, 4, *range(8, 256, 8), *range(256, top + 1, 16)] if size <= top]
+    if k > 0:
+        sizes = [size for size in (-(-size // (1 + k)) * (1 + k) for size in sizes) if size <= top] or [1 + k]
+    return max(sizes)
 
 
 @dataclass(frozen=True)
@@ -85,6 +99,11 @@ class StepLoad:
     speculative: bool = False
     async_scheduling: bool = False
     draft_ms: float = 0.0
+    scale: float = 1.0  # measured over fitted step time for this setting (advisor.engine.history); 1: the fit
+    # Tokens of one prefill chunk (0: prefill_tokens, one concrete step). In a steady state the mean
+    # prefill_tokens arrive as whole chunks on prefill_tokens / prefill_chunk of the steps; a step whose
+    # decode and prefill tokens together exceed the largest captured CUDA graph runs without graphs.
+    prefill_chunk: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -118,13 +137,15 @@ class CostModel:
     (it adds a little per layer, so TP predictions are optimistic).
     """
 
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, calibration: Calibration = H200_CALIBRATION):
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, calibration: Calibration = H200_CALIBRATION,
+                 max_num_seqs: int = 256):
         if tp < 1:
             raise ValueError("tp must be >= 1")
         self.model = model
         self.gpu = gpu
         self.tp = tp
         self.cal = calibration
+        self.max_num_seqs = max_num_seqs  # the server's --max-num-seqs: it sets the largest captured CUDA graph
 
     # -- per-token quantities ----------------------------------------------------------------------------
     def weight_bytes(self, tokens_in_step: float) -> float:
@@ -158,18 +179,28 @@ class CostModel:
     # -- steps ---------------------------------------------------------------------------------------------
     def step_terms(self, load: StepLoad) -> dict[str, float]:
         """The physical features of one step, each multiplied by one calibration coefficient in `step_ms`:
-        counts (fixed, per sequence, speculating, layers run without CUDA graphs) and times at 100% of the
+        counts (fixed, per sequence, speculating, layers run without CUDA graphs: vLLM pads a step's tokens,
+        decode and prefill together, to a captured size, and runs a larger step without graphs) and times at 100% of the
         spec sheet (weight bytes and KV bytes over bandwidth, FLOPs over dense bf16 peak). scripts/fit_cost.py
         fits the coefficients to measured points through this same function."""
         batch = max(load.batch, 1.0)
         decode_tokens = batch * load.tokens_per_seq
+        chunk = load.prefill_chunk or load.prefill_tokens
+        drafts = max(round(load.tokens_per_seq) - 1, 0) if load.speculative else 0  # the server's k
+        graph_max = captured_graph_max(self.cal.cuda_graph_max_tokens, self.max_num_seqs, drafts)
+        if decode_tokens > graph_max:
+            eager_share = 1.0
+        elif chunk > 0 and decode_tokens + chunk > graph_max:
+            eager_share = min(load.prefill_tokens / chunk, 1.0)  # the steps that carry a prefill chunk
+        else:
+            eager_share = 0.0
         kv_bytes = batch * load.mean_context * self.kv_bytes_per_token(load.mean_context)
         return {
             "fixed": 1.0,
             "per_sequence": batch,
             "speculation": 1.0 if load.speculative else 0.0,
             "draft_tokens": batch * (load.tokens_per_seq - 1.0) if load.speculative else 0.0,
-            "eager_layers": float(self.model.num_layers) if decode_tokens > self.cal.cuda_graph_max_tokens else 0.0,
+            "eager_layers": self.model.num_layers * eager_share,
             "weight_read": self.weight_bytes(decode_tokens) / self.gpu.bandwidth * 1e3,
             "kv_read": kv_bytes / self.gpu.bandwidth * 1e3,
             "decode_compute": decode_tokens * self.flops_per_token(load.mean_context) / self.gpu.bf16_flops * 1e3,
@@ -198,7 +229,7 @@ class CostModel:
         step = sum(coefficients[name] * value for name, value in self.step_terms(load).items())
         if load.async_scheduling:
             step -= self.cal.async_scheduling_saving_ms
-        return step + load.draft_ms
+        return (step + load.draft_ms) * load.scale
 
     def prefill_ms(self, tokens: float, cached_tokens: float = 0.0) -> float:
         """One request's prefill alone (TTFT without queueing): APC hits skip their share of compute."""
@@ -236,13 +267,19 @@ class CostModel:
         speculative: bool = False,
         async_scheduling: bool = False,
         draft_ms: float = 0.0,
+        cached_share: float = 0.0,
+        step_scale: float = 1.0,
+        max_batched_tokens: int = 8192,
     ) -> LoadPoint:
         """`vllm bench serve --max-concurrency C --request-rate inf`: C requests always in flight.
 
         Each sequence emits `tokens_per_step` tokens per step, so a request lives output_len / AL steps and
-        the other C - 1 requests bring (C - 1) * AL / output_len new prefills of input_len tokens per step.
+        the other C - 1 requests bring (C - 1) * AL / output_len new prefills of input_len tokens per step,
+        less the `cached_share` of prompt tokens the prefix cache serves; each arrives as one chunk of at most
+        `max_batched_tokens`. `step_scale`: `StepLoad.scale`.
         """
-        prefill_tokens = (concurrency - 1) * tokens_per_step / output_len * input_len
+        computed_prompt = input_len * (1.0 - cached_share)
+        prefill_tokens = (concurrency - 1) * tokens_per_step / output_len * computed_prompt
         load = StepLoad(
             batch=concurrency,
             tokens_per_seq=tokens_per_seq,
@@ -251,10 +288,12 @@ class CostModel:
             speculative=speculative,
             async_scheduling=async_scheduling,
             draft_ms=draft_ms,
+            scale=step_scale,
+            prefill_chunk=min(max(computed_prompt, 1.0), max_batched_tokens),
         )
         step = self.step_ms(load)
         tpot = step / tokens_per_step
-        ttft = self.prefill_ms(input_len) + step
+        ttft = self.prefill_ms(input_len, input_len - computed_prompt) + step
         output_tps = concurrency * output_len / ((ttft + (output_len - 1) * tpot) / 1e3)
         return LoadPoint(concurrency, step, tpot, ttft, output_tps, prefill_tokens)
 
@@ -271,6 +310,7 @@ class CostModel:
         max_batch: int = 256,
         max_batched_tokens: int = 8192,
         draft_for_batch=None,
+        step_scale: float = 1.0,
     ) -> LoadPoint:
         """Steady state under Poisson-like arrivals at `request_rate` (Little's law: batch = rate x time).
 
@@ -280,19 +320,19 @@ class CostModel:
         server saturates: the batch pins at `max_batch` and requests queue (`saturated`); a full batch admits
         new requests only as fast as running ones finish. Prefills share each step's `max_batched_tokens`
         budget with the decodes.
-        `draft_for_batch(batch) -> ms` gives model-draft time per step.
+        `draft_for_batch(batch) -> ms` gives model-draft time per step; `step_scale`: `StepLoad.scale`.
         """
         output_len = max(output_len, 1.0)  # a request decodes at least the token that ends it (no 0 division)
         computed_prompt = input_len * (1.0 - cached_share)
 
         def point(batch: float, rate: float) -> tuple[float, float, float]:
             draft = draft_for_batch(batch) if draft_for_batch else 0.0
-            base = StepLoad(batch, tokens_per_seq, input_len + output_len / 2, 0.0, speculative, async_scheduling, draft)
+            chunk = min(max(computed_prompt, 1.0), max_batched_tokens)  # one arriving prompt's chunk
+            base = StepLoad(batch, tokens_per_seq, input_len + output_len / 2, 0.0, speculative, async_scheduling, draft,
+                            step_scale, chunk)
             without_prefill = self.step_ms(base)
-            per_prefill_token = (
-                self.step_ms(StepLoad(batch, tokens_per_seq, base.mean_context, 1000.0, speculative, async_scheduling, draft))
-                - without_prefill
-            ) / 1000.0
+            # one prefill token's cost (its share of a chunk's step without graphs included): linear up to a chunk
+            per_prefill_token = self.step_ms(replace(base, prefill_tokens=1.0)) - without_prefill
             # Prefill tokens per step = rate * step * computed prompt, so step = a / (1 - share). vLLM schedules
             # running decodes first and fills the rest of the token budget with prefills: at most that many.
             budget = max(max_batched_tokens - max(batch, 1.0) * tokens_per_seq, 0.0)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from advisor import report as doc
 from advisor.engine.cost import CostModel, LoadPoint
+from advisor.engine.history import MeasuredCalibration, calibrate, log_names
 from advisor.engine.knowledge import drafts_for, prior_for
 from advisor.engine.load import (
     SpecPoint,
@@ -77,13 +78,14 @@ class Priced:
     point: SpecPoint | None = None
     points_by_k: dict[int, SpecPoint] = field(default_factory=dict)
     bands: list[list[int]] | None = None
+    baseline_scale: float = 1.0  # the measured factor on steps without drafts (a band with k = 0)
 
     def point_at(self, batch: float) -> SpecPoint | None:
         """The setting the server applies at `batch`: the band's k under a per-batch-size table."""
         if self.point is None or self.bands is None:
             return self.point
         k = k_for_batch(self.bands, batch)
-        return self.points_by_k.get(k) or _zero_point(self.point)
+        return self.points_by_k.get(k) or _zero_point(self.point, self.baseline_scale)
 
     def section(self) -> doc.Candidate:
         """The report's `candidates` entry (rounded)."""
@@ -179,6 +181,31 @@ def _workload(report: Report, cost: CostModel, max_batch: int, assumptions: list
                     input_len, output_len, cached, "assumed")
 
 
+def _history(report: Report, cost: CostModel, model_given: bool, gpu_given: bool,
+             lines: list[str]) -> MeasuredCalibration | None:
+    """The verify records of `--history` that match the deployment, with an evidence line for the baseline
+    factor and for every record left out; None without a history (or when the target is only assumed)."""
+    runs = report.verify_history
+    if not runs:
+        return None
+    if not model_given or not gpu_given:
+        lines.append(f"verify history ({len(runs)} records) not used: records match the model and GPU given with "
+                     "--model and --gpu, and this target is assumed")
+        return None
+    options = report.options
+    found = calibrate(runs, options.model or cost.model.name, cost.gpu, options.tp, cost)
+    if found.baseline is not None:
+        step = found.baseline
+        lines.append(f"no speculation: step cost measured by advise verify in {step.source}: TPOT "
+                     f"{step.measured_tpot_ms:.2f} ms against {step.model_tpot_ms:.2f} ms fitted at that run's load: "
+                     f"steps without speculation x{step.factor:.3f}")
+    lines.extend(f"verify record {reason}: not used" for reason in found.ignored)
+    if not found.runs:
+        lines.append(f"verify history: none of {len(runs)} records is for {options.model} on {cost.gpu.name} "
+                     f"with tp {options.tp}: the fitted cost model prices every step")
+    return found
+
+
 def peak_rate(arrivals: doc.Arrivals) -> float:
     """The busiest sustained rate: the 60 s window when the log covers a minute, else the 10 s window.
 
@@ -219,9 +246,10 @@ def _replay_groups(report: Report) -> dict[str, list[SpecPoint]]:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _zero_point(point: SpecPoint) -> SpecPoint:
+def _zero_point(point: SpecPoint, baseline_scale: float = 1.0) -> SpecPoint:
     """k = 0 under a speculative server (a per-batch-size band that stops drafting)."""
-    return SpecPoint(point.method, 0, point.config, 1.0, 1.0, point.source, point.from_replay, None)
+    return SpecPoint(point.method, 0, point.config, 1.0, 1.0, point.source, point.from_replay, None,
+                     step_scale=baseline_scale)
 
 
 def _candidate_for_group(
@@ -240,14 +268,15 @@ def _candidate_for_group(
     notes: list[str] = []
     table: list[list[int]] | None = None
     if best.method in DYNAMIC_K_METHODS and len(points) > 1:
-        bands = best_k_per_batch(cost, points, workload.mean_context, max_batch)
+        bands = best_k_per_batch(cost, points, workload.mean_context, max_batch, workload.baseline_step_scale,
+                                 workload.prefills())
         ks = {band[2] for band in bands if band[0] <= max(base_peak.batch, base_typical.batch) * 1.5}
         if len(ks) > 1 or 0 in ks:
             by_k = {p.k: p for p in points}
 
             def tabled(base: LoadPoint, rate: float) -> LoadPoint:
                 k = k_for_batch(bands, base.batch)
-                return run(by_k[k] if k in by_k else _zero_point(best), rate)
+                return run(by_k[k] if k in by_k else _zero_point(best, workload.baseline_step_scale), rate)
 
             table_typical, table_peak = tabled(base_typical, workload.typical_rate), tabled(base_peak, workload.peak_rate)
             better = table_peak.tpot_ms < peak.tpot_ms or table_typical.tpot_ms < typical.tpot_ms
@@ -279,6 +308,7 @@ def _candidate_for_group(
         point=best,
         points_by_k={p.k: p for p in points},
         bands=table,
+        baseline_scale=workload.baseline_step_scale,
     )
 
 
@@ -562,8 +592,24 @@ def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc
     max_batch = options.max_num_seqs or DEFAULT_MAX_NUM_SEQS
     if options.max_num_seqs is None:
         assumptions.append(f"--max-num-seqs assumed {DEFAULT_MAX_NUM_SEQS}")
-    cost = CostModel(model, gpu, options.tp)
+    cost = CostModel(model, gpu, options.tp, max_num_seqs=max_batch)
     workload = _workload(report, cost, max_batch, assumptions)
+    history_lines: list[str] = []
+    measured_steps = _history(report, cost, model_given, gpu_given, history_lines)
+    if measured_steps is not None and measured_steps.baseline is not None:
+        workload = replace(workload, baseline_step_scale=measured_steps.baseline.factor)
+    names = log_names(report.inputs)
+
+    def with_history(points: list[SpecPoint]) -> list[SpecPoint]:
+        """The points with the history's measurements of their setting (advisor.engine.history)."""
+        if measured_steps is None:
+            return points
+        updated = []
+        for point in points:
+            point, notes = measured_steps.apply(point, cost, names)
+            history_lines.extend(notes)
+            updated.append(point)
+        return updated
 
     base_typical = evaluate(cost, workload, workload.typical_rate, None, max_batch)
     base_peak = evaluate(cost, workload, workload.peak_rate, None, max_batch)
@@ -571,7 +617,8 @@ def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc
     candidates = [
         Priced("no speculation", None, None, True, "cost model", False, base_typical, base_peak, 1.0, 1.0)
     ]
-    groups = _replay_groups(report)
+    replayed = _replay_groups(report)
+    groups = {key: with_history(points) for key, points in replayed.items()}
     for points in groups.values():
         candidates.append(_candidate_for_group(points, cost, workload, max_batch, baseline))
     measured = measured_drafts(report)
@@ -580,7 +627,8 @@ def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc
             prior = prior_for(draft.method, model)
             if prior is None or (draft.method, draft.model) in measured:
                 continue  # a draft measured on these logs replaces its prior
-            candidates.append(_candidate_for_group(points_from_prior(prior, draft), cost, workload, max_batch, baseline))
+            candidates.append(_candidate_for_group(with_history(points_from_prior(prior, draft)), cost, workload, max_batch,
+                                                   baseline))
     apc_off_typical = evaluate(cost, workload, workload.typical_rate, None, max_batch, apc=False)
     apc_off_peak = evaluate(cost, workload, workload.peak_rate, None, max_batch, apc=False)
     candidates.append(
@@ -604,7 +652,9 @@ def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc
         batch=doc.TypicalPeak(round(base_typical.batch, 2), round(base_peak.batch, 2)),
         request_rate=doc.RatePrediction(round(workload.typical_rate, 4), round(workload.peak_rate, 4),
                                         workload.rate_source),
-        calibration=cost.cal.source,
+        calibration=cost.cal.source + (
+            f"; measured steps from advise verify: {', '.join(run.source for run in measured_steps.runs)}"
+            if measured_steps is not None and measured_steps.runs else ""),
     )
     config = chosen.speculative_config if chosen else None
     _validate_speculative_config(config)
@@ -615,7 +665,8 @@ def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc
     return doc.Recommendation(
         speculative_config=config,
         enable_prefix_caching=True,
-        evidence=tuple(_evidence(report, workload, cost, chosen, baseline, groups, candidates)),
+        evidence=tuple(_evidence(report, workload, cost, chosen, baseline, replayed, candidates)
+                       + list(dict.fromkeys(history_lines))),
         confidence=doc.Confidence(level, tuple(reasons)),
         predicted=predicted,
         assumptions=tuple(assumptions),

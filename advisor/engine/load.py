@@ -34,6 +34,7 @@ class SpecPoint:
     draft: DraftSpec | None = None
     mean_acceptance_length: float | None = None  # conditional on a draft (vLLM's metric)
     draft_step_share: float | None = None
+    step_scale: float = 1.0  # measured over fitted step cost of this setting (advisor.engine.history); 1: the fit
 
     @property
     def async_scheduling(self) -> bool:
@@ -115,10 +116,16 @@ class Workload:
     output_len: float
     cached_share: float  # share of prompt tokens served from the prefix cache (APC replay)
     rate_source: str
+    baseline_step_scale: float = 1.0  # measured over fitted step cost without speculation (advisor.engine.history)
 
     @property
     def mean_context(self) -> float:
         return self.input_len + self.output_len / 2
+
+    def prefills(self, max_batched_tokens: int = 8192) -> Prefills:
+        """The prompt chunks this workload's sequences bring to each step in a steady state."""
+        computed = self.input_len * (1.0 - self.cached_share)
+        return Prefills(computed / max(self.output_len, 1.0), min(max(computed, 1.0), max_batched_tokens))
 
 
 def evaluate(
@@ -133,7 +140,7 @@ def evaluate(
     cached = workload.cached_share if apc else 0.0
     if point is None:
         return cost.open_loop(rate, workload.input_len, workload.output_len, async_scheduling=True,
-                              cached_share=cached, max_batch=max_batch)
+                              cached_share=cached, max_batch=max_batch, step_scale=workload.baseline_step_scale)
     draft = point.draft
     draft_for_batch = (
         (lambda batch: cost.draft_ms(draft, batch, point.k, workload.mean_context)) if draft is not None else None
@@ -149,6 +156,7 @@ def evaluate(
         cached_share=cached,
         max_batch=max_batch,
         draft_for_batch=draft_for_batch,
+        step_scale=point.step_scale,
     )
 
 
@@ -156,7 +164,8 @@ def closed_loop_point(cost: CostModel, workload: Workload, concurrency: int, poi
     """Steady state with `concurrency` requests always in flight (`vllm bench serve --max-concurrency C`) and
     speculative setting `point` (None = no speculation, async scheduling on), at the workload's mean lengths."""
     if point is None:
-        return cost.closed_loop(concurrency, workload.input_len, workload.output_len, async_scheduling=True)
+        return cost.closed_loop(concurrency, workload.input_len, workload.output_len, async_scheduling=True,
+                                step_scale=workload.baseline_step_scale)
     draft_ms = cost.draft_ms(point.draft, concurrency, point.k, workload.mean_context) if point.draft else 0.0
     return cost.closed_loop(
         concurrency,
@@ -167,26 +176,45 @@ def closed_loop_point(cost: CostModel, workload: Workload, concurrency: int, poi
         speculative=True,
         async_scheduling=point.async_scheduling,
         draft_ms=draft_ms,
+        step_scale=point.step_scale,
     )
 
 
+@dataclass(frozen=True)
+class Prefills:
+    """The prompts a batch's sequences bring in a steady state: `prompt_per_output` prompt tokens computed per
+    output token (prompt not served by the prefix cache / output length), arriving as chunks of `chunk` tokens."""
+
+    prompt_per_output: float = 0.0
+    chunk: float = 0.0
+
+    def load(self, batch: float, tokens_per_step: float) -> dict[str, float]:
+        """StepLoad fields: each of `batch` sequences emits `tokens_per_step` and is replaced when it ends."""
+        return {"prefill_tokens": batch * tokens_per_step * self.prompt_per_output, "prefill_chunk": self.chunk}
+
+
 def goodput(cost: CostModel, batch: int, point: SpecPoint | None, mean_context: float,
-            speculative_server: bool = False) -> float:
+            speculative_server: bool = False, baseline_scale: float = 1.0, prefills: Prefills = Prefills()) -> float:
     """Output tokens per ms at a fixed batch: batch * E(k) / T_step(batch, k) (SmartSpec, priors.md).
 
     `speculative_server`: the server runs a lookup proposer, so even k = 0 steps lose async scheduling.
+    `baseline_scale`: the measured factor on steps without speculation (`Workload.baseline_step_scale`).
+    `prefills`: the prompts that share the steps (a faster setting brings them faster).
     """
     if point is None:
-        load = StepLoad(batch, 1.0, mean_context, async_scheduling=not speculative_server)
+        load = StepLoad(batch, 1.0, mean_context, async_scheduling=not speculative_server, scale=baseline_scale,
+                        **prefills.load(batch, 1.0))
         return batch / cost.step_ms(load)
     draft = cost.draft_ms(point.draft, batch, point.k, mean_context) if point.draft else 0.0
     load = StepLoad(batch, point.verify_tokens_per_seq, mean_context, speculative=True,
-                    async_scheduling=point.async_scheduling, draft_ms=draft)
+                    async_scheduling=point.async_scheduling, draft_ms=draft, scale=point.step_scale,
+                    **prefills.load(batch, point.tokens_per_step))
     return batch * point.tokens_per_step / cost.step_ms(load)
 
 
 def best_k_per_batch(
-    cost: CostModel, points: list[SpecPoint], mean_context: float, max_batch: int
+    cost: CostModel, points: list[SpecPoint], mean_context: float, max_batch: int, baseline_scale: float = 1.0,
+    prefills: Prefills = Prefills(),
 ) -> list[list[int]]:
     """The k (0 = no drafts) with the highest goodput for every batch size, as vLLM's
     `num_speculative_tokens_per_batch_size` bands `[start, end, k]` (inclusive, covering 1..max_batch).
@@ -197,8 +225,8 @@ def best_k_per_batch(
     speculative_server = bool(points) and not points[0].async_scheduling
     bands: list[list[int]] = []
     for batch in range(1, max_batch + 1):
-        values = {0: goodput(cost, batch, None, mean_context, speculative_server)}
-        values.update({k: goodput(cost, batch, point, mean_context) for k, point in by_k.items()})
+        values = {0: goodput(cost, batch, None, mean_context, speculative_server, baseline_scale, prefills)}
+        values.update({k: goodput(cost, batch, point, mean_context, prefills=prefills) for k, point in by_k.items()})
         best_k = max(values, key=values.__getitem__)
         if bands and values[bands[-1][2]] >= values[best_k] * (1 - BAND_SWITCH_GAIN):
             bands[-1][1] = batch

@@ -13,11 +13,12 @@ from pathlib import Path
 import orjson
 
 from advisor import __version__
+from advisor.report import VERIFY_RECORD_SCHEMA
 from advisor.verify.dataset import BenchDataset
 from advisor.verify.plan import VerifyPlan
 from advisor.verify.runner import StepResult
 
-SCHEMA = "advise.verify/1"
+SCHEMA = VERIFY_RECORD_SCHEMA
 # Copied from each bench JSON into the record (summary figures; per-request lists stay in the raw file).
 BENCH_KEYS = (
     "num_prompts", "completed", "failed", "duration", "request_rate", "burstiness", "max_concurrency",
