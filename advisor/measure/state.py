@@ -88,77 +88,66 @@ def merge_threshold(thresholds: list[int], priorities: np.ndarray, weights: np.n
     return min([*thresholds, priority_threshold(priorities, weights, cut)])
 
 
-class ChainStore:
-    """Block-hash chains of the requests, packed, holding at most `block_budget` blocks.
-
-    Rows are request indices (file order). The kept chains are those of the conversations whose priority
-    is below `priority_threshold` of all chains offered, with a cut of SAMPLE_SHARE of the budget: when the
-    stored blocks pass the budget the store drops what is at or above the threshold of what it has seen
-    (compaction), and reads settle the last part. Memory stays within the budget whatever the log's size.
-    `kept_share` is the threshold as a share of conversations (1.0: all kept).
+class _PrioritySample:
+    """What the chain store and the replay sample share: items with a priority and a weight (blocks, tokens),
+    of which those below `priority_threshold` of everything offered are kept, with a cut of SAMPLE_SHARE of
+    `budget`. When the stored weight passes the budget the sample drops what is at or above the threshold of
+    what it has seen (compaction); reads settle the rest. Subclasses hold the payload and drop it in `_keep`.
     """
 
-    def __init__(self, block_budget: int, seed: int):
-        self.block_budget = block_budget
-        self.cut = block_budget * SAMPLE_SHARE[0] // SAMPLE_SHARE[1]
+    def __init__(self, budget: int, seed: int):
+        self.budget = budget
+        self.cut = budget * SAMPLE_SHARE[0] // SAMPLE_SHARE[1]
         self.seed = seed
         self._threshold = _PRIORITY_SPACE
         self._settled = True
-        self.blocks = Column(np.uint64)
         self._rows = Column(np.int64)
-        self.lengths = Column(np.int64)
-        self.prompt_blocks = Column(np.int64)
-        self.prompt_tokens = Column(np.int64)
         self.priorities = Column(np.int64)
-        self.offered = 0  # requests with a chain, kept or not
-        self.block_sizes: set[int] = set()
+        self.weights = Column(np.int64)
+        self.weight = 0  # of the stored items
 
-    def add(self, row: int, key: str, chain: PrefixBlocks, block_size: int) -> None:
-        self.offered += 1
-        self.block_sizes.add(block_size)
-        priority = conversation_priority(key, self.seed)
-        if priority >= self._threshold:
-            return
-        self.blocks.extend(chain.chain)
+    def _stored(self, row: int, priority: int, weight: int) -> None:
+        """Records the item just stored; compacts when the budget is passed."""
         self._rows.extend([row])
-        self.lengths.extend([chain.chain.size])
-        self.prompt_blocks.extend([chain.prompt_blocks])
-        self.prompt_tokens.extend([chain.prompt_tokens])
         self.priorities.extend([priority])
+        self.weights.extend([weight])
+        self.weight += weight
         self._settled = False
-        if self.blocks.size > self.block_budget:
+        if self.weight > self.budget:
             self._settle()
 
-    def absorb(self, other: ChainStore, row_offset: int) -> None:
-        """Appends the chains of `other`, whose rows follow this store's (shifted by `row_offset`): the result
-        is the store one pass over both gives."""
-        if (other.block_budget, other.seed) != (self.block_budget, self.seed):
-            raise ValueError("chain stores of different budgets or seeds do not merge")
-        thresholds = [self.threshold, other.threshold]  # each settled on its own chains first
-        self.blocks.extend(other.blocks.values)
-        self._rows.extend(other.rows.values + row_offset)
-        for mine, theirs in ((self.lengths, other.lengths), (self.prompt_blocks, other.prompt_blocks),
-                             (self.prompt_tokens, other.prompt_tokens), (self.priorities, other.priorities)):
-            mine.extend(theirs.values)
-        self.offered += other.offered
-        self.block_sizes |= other.block_sizes
-        self._threshold = merge_threshold(thresholds, self.priorities.values,
-                                          self.lengths.values, self.cut)
+    def _absorb_items(self, other: _PrioritySample, row_offset: int) -> list[int]:
+        """Appends `other`'s rows (shifted), priorities and weights; returns both settled thresholds."""
+        if (other.budget, other.seed) != (self.budget, self.seed):
+            raise ValueError("samples of different budgets or seeds do not merge")
+        thresholds = [self.threshold, other.threshold]  # each settled on its own items first
+        self._rows.extend(other._rows.values + row_offset)
+        self.priorities.extend(other.priorities.values)
+        self.weights.extend(other.weights.values)
+        self.weight += other.weight
+        return thresholds
+
+    def _merged(self, thresholds: list[int]) -> None:
+        self._threshold = merge_threshold(thresholds, self.priorities.values, self.weights.values, self.cut)
         self._compact()
 
     def _settle(self) -> None:
-        """Lowers the threshold to that of the chains seen (see `priority_threshold`) and compacts."""
+        """Lowers the threshold to that of the items seen (see `priority_threshold`) and compacts."""
         self._threshold = min(self._threshold,
-                              priority_threshold(self.priorities.values, self.lengths.values, self.cut))
+                              priority_threshold(self.priorities.values, self.weights.values, self.cut))
         self._compact()
 
     def _compact(self) -> None:
         keep = self.priorities.values < self._threshold
         if not keep.all():
-            self.blocks.keep(np.repeat(keep, self.lengths.values))
-            for column in (self._rows, self.lengths, self.prompt_blocks, self.prompt_tokens, self.priorities):
+            self._keep(keep)
+            for column in (self._rows, self.priorities, self.weights):
                 column.keep(keep)
+            self.weight = int(self.weights.values.sum())
         self._settled = True
+
+    def _keep(self, keep: np.ndarray) -> None:
+        raise NotImplementedError
 
     @property
     def threshold(self) -> int:
@@ -167,15 +156,65 @@ class ChainStore:
         return self._threshold
 
     @property
-    def rows(self) -> Column:
-        """The request row of each kept chain."""
-        if not self._settled:
-            self._settle()
-        return self._rows
-
-    @property
     def sampled(self) -> bool:
         return self.threshold < _PRIORITY_SPACE
+
+    def _settled_rows(self) -> np.ndarray:
+        if not self._settled:
+            self._settle()
+        return self._rows.values
+
+
+class ChainStore(_PrioritySample):
+    """Block-hash chains of the requests, packed, holding at most `block_budget` blocks (see _PrioritySample).
+
+    Rows are request indices (file order). The priority is the conversation's, so a conversation is kept
+    or dropped whole. Memory stays within the budget whatever the log's size. `kept_share` is the threshold
+    as a share of conversations (1.0: all kept).
+    """
+
+    def __init__(self, block_budget: int, seed: int):
+        super().__init__(block_budget, seed)
+        self.blocks = Column(np.uint64)
+        self.prompt_blocks = Column(np.int64)
+        self.prompt_tokens = Column(np.int64)
+        self.offered = 0  # requests with a chain, kept or not
+        self.block_sizes: set[int] = set()
+
+    lengths = property(lambda self: self.weights)  # blocks of each kept chain
+
+    def add(self, row: int, key: str, chain: PrefixBlocks, block_size: int) -> None:
+        self.offered += 1
+        self.block_sizes.add(block_size)
+        priority = conversation_priority(key, self.seed)
+        if priority >= self._threshold:
+            return
+        self.blocks.extend(chain.chain)
+        self.prompt_blocks.extend([chain.prompt_blocks])
+        self.prompt_tokens.extend([chain.prompt_tokens])
+        self._stored(row, priority, chain.chain.size)
+
+    def absorb(self, other: ChainStore, row_offset: int) -> None:
+        """Appends the chains of `other`, whose rows follow this store's (shifted by `row_offset`): the result
+        is the store one pass over both gives."""
+        thresholds = self._absorb_items(other, row_offset)
+        self.blocks.extend(other.blocks.values)
+        self.prompt_blocks.extend(other.prompt_blocks.values)
+        self.prompt_tokens.extend(other.prompt_tokens.values)
+        self.offered += other.offered
+        self.block_sizes |= other.block_sizes
+        self._merged(thresholds)
+
+    def _keep(self, keep: np.ndarray) -> None:
+        self.blocks.keep(np.repeat(keep, self.weights.values))
+        self.prompt_blocks.keep(keep)
+        self.prompt_tokens.keep(keep)
+
+    @property
+    def rows(self) -> Column:
+        """The request row of each kept chain."""
+        self._settled_rows()
+        return self._rows
 
     @property
     def kept_share(self) -> float:
@@ -184,11 +223,11 @@ class ChainStore:
     def chains_by_row(self, rows: int) -> list[PrefixBlocks | None]:
         """One entry per request row (None: no chain, or not in the sample); chains are views, not copies."""
         out: list[PrefixBlocks | None] = [None] * rows
-        kept_rows = self.rows.values.tolist()
+        kept_rows = self._settled_rows().tolist()
         blocks = self.blocks.values
-        starts = np.concatenate(([0], np.cumsum(self.lengths.values)[:-1])).astype(np.int64)
+        starts = np.concatenate(([0], np.cumsum(self.weights.values)[:-1])).astype(np.int64)
         for row, start, length, prompt_blocks, prompt_tokens in zip(
-            kept_rows, starts.tolist(), self.lengths.values.tolist(),
+            kept_rows, starts.tolist(), self.weights.values.tolist(),
             self.prompt_blocks.values.tolist(), self.prompt_tokens.values.tolist(),
         ):
             out[row] = PrefixBlocks(prompt_tokens, prompt_blocks, blocks[start : start + length])
@@ -203,89 +242,49 @@ def request_priority(key: str, seed: int) -> int:
     return int.from_bytes(digest.digest(), "little")
 
 
-class ReplaySample:
+class ReplaySample(_PrioritySample):
     """(prompt ids, output ids) of the requests the replays read, holding at most `token_budget` tokens.
 
     Past the budget, the requests of lowest priority (`request_priority` of the request's key) that fit in
-    SAMPLE_SHARE of it: a uniform sample of requests, the same whatever the order or sharding of the log
-    (`priority_threshold`). `seen` counts every request offered.
+    SAMPLE_SHARE of it (see _PrioritySample): a uniform sample of requests, the same whatever the order or
+    sharding of the log. `seen` counts every request offered.
     """
 
     def __init__(self, token_budget: int, seed: int):
-        self.token_budget = token_budget
-        self.cut = token_budget * SAMPLE_SHARE[0] // SAMPLE_SHARE[1]
-        self.seed = seed
-        self._threshold = _PRIORITY_SPACE
+        super().__init__(token_budget, seed)
         self._inputs: list[tuple[np.ndarray, np.ndarray]] = []
-        self._rows = Column(np.int64)
-        self._priorities = Column(np.int64)
-        self._sizes = Column(np.int64)
-        self.tokens = 0
         self.seen = 0
-        self._settled = True
 
     def add(self, row: int, key: str, prompt_ids: np.ndarray, output_ids: np.ndarray) -> None:
         self.seen += 1
         priority = request_priority(key, self.seed)
         if priority >= self._threshold:
             return
-        size = len(prompt_ids) + len(output_ids)
         self._inputs.append((prompt_ids, output_ids))
-        self._rows.extend([row])
-        self._priorities.extend([priority])
-        self._sizes.extend([size])
-        self.tokens += size
-        self._settled = False
-        if self.tokens > self.token_budget:
-            self._settle()
+        self._stored(row, priority, len(prompt_ids) + len(output_ids))
 
     def absorb(self, other: ReplaySample, row_offset: int) -> None:
         """Appends the requests of `other`, whose rows follow this sample's: the sample one pass gives."""
-        if (other.token_budget, other.seed) != (self.token_budget, self.seed):
-            raise ValueError("replay samples of different budgets or seeds do not merge")
-        thresholds = [self.threshold, other.threshold]
-        self._inputs.extend(other.inputs)
-        self._rows.extend(other.rows + row_offset)
-        self._priorities.extend(other._priorities.values)
-        self._sizes.extend(other._sizes.values)
-        self.tokens += other.tokens
+        thresholds = self._absorb_items(other, row_offset)
+        self._inputs.extend(other._inputs)
         self.seen += other.seen
-        self._threshold = merge_threshold(thresholds, self._priorities.values, self._sizes.values, self.cut)
-        self._compact()
+        self._merged(thresholds)
 
-    def _settle(self) -> None:
-        self._threshold = min(self._threshold,
-                              priority_threshold(self._priorities.values, self._sizes.values, self.cut))
-        self._compact()
+    def _keep(self, keep: np.ndarray) -> None:
+        self._inputs = [pair for pair, kept in zip(self._inputs, keep.tolist()) if kept]
 
-    def _compact(self) -> None:
-        keep = self._priorities.values < self._threshold
-        if not keep.all():
-            self._inputs = [pair for pair, kept in zip(self._inputs, keep.tolist()) if kept]
-            self.tokens = int(self._sizes.values[keep].sum())
-            for column in (self._rows, self._priorities, self._sizes):
-                column.keep(keep)
-        self._settled = True
-
-    @property
-    def threshold(self) -> int:
-        if not self._settled:
-            self._settle()
-        return self._threshold
+    tokens = property(lambda self: self.weight)
 
     @property
     def inputs(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """The kept (prompt ids, output ids), in row order."""
-        if not self._settled:
-            self._settle()
+        self._settled_rows()
         return self._inputs
 
     @property
     def rows(self) -> np.ndarray:
         """The request row of each kept input."""
-        if not self._settled:
-            self._settle()
-        return self._rows.values
+        return self._settled_rows()
 
 
 class ContextOutputs:
