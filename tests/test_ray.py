@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -29,15 +30,24 @@ STARTUP_S = 120
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory):
     """The address of a Ray head started with `ray start --head --block` (2 CPUs, 127.0.0.1)."""
-    if sys.version_info < (3, 10) or not _has_ray():
-        if os.environ.get("ADVISOR_RAY_REQUIRED"):
-            pytest.fail("ray is not installed and ADVISOR_RAY_REQUIRED is set: pip install -e '.[ray]'")
-        pytest.skip("needs the advise[ray] extra")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    log = tmp_path_factory.mktemp("ray") / "head.log"
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    folder = tmp_path_factory.mktemp("ray")
+    log = folder / "head.log"
+    # Token authentication with a token of this test's own, for the head and this driver alike: Ray 2.60 reads
+    # ~/.ray/auth_token otherwise, which an earlier local `ray.init()` may have written.
+    token = folder / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0"}
+    saved = {name: os.environ.get(name) for name in auth}
+    os.environ.update(auth)  # before ray is imported: it reads the mode once
+    if not _has_ray():
+        _restore(saved)
+        if os.environ.get("ADVISOR_RAY_REQUIRED"):
+            pytest.fail("ray is not installed and ADVISOR_RAY_REQUIRED is set: pip install -e '.[ray]'")
+        pytest.skip("needs the advise[ray] extra")
+    env = dict(os.environ)
     ray = Path(sys.executable).with_name("ray")
     with open(log, "wb") as out:
         head = subprocess.Popen(
@@ -55,6 +65,15 @@ def ray_head(tmp_path_factory):
         yield f"127.0.0.1:{port}"
     finally:
         _stop(head)
+        _restore(saved)
+
+
+def _restore(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _has_ray() -> bool:
