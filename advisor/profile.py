@@ -19,7 +19,7 @@ import numpy as np
 
 from advisor import __version__, stream
 from advisor.errors import ConfigError
-from advisor.ingest import IngestStats, read_requests
+from advisor.ingest import IngestStats, expand_paths, read_requests
 from advisor.measure import arrivals, prefix, sampling, stats
 from advisor.report import (
     Apc,
@@ -69,11 +69,15 @@ class Profile:
 
 
 def build_profile(options: ProfileOptions, progress: Progress | None = None,
-                  draft_progress: Callable[[int, int], None] | None = None, workers: int = 1) -> Profile:
+                  draft_progress: Callable[[int, int], None] | None = None, workers: int = 1,
+                  ray_address: str | None = None) -> Profile:
     """Reads, tokenizes and measures the logs; returns the report (and recommendation unless disabled).
 
+    Glob patterns among the paths (local, or fsspec URLs) become the files they match, sorted.
     `workers` processes tokenize and measure (the same report as one: it only changes the speed).
-    `draft_progress(tokens_done, tokens_total)` follows the draft models' forward passes.
+    `ray_address` (advisor.shards: LOCAL or a cluster's address) collects the files as parallel shards on
+    Ray instead, merged into the same report. `draft_progress(tokens_done, tokens_total)` follows the draft
+    models' forward passes.
     Raises AdvisorError subclasses: InputError (nothing usable), BadRecordError (--strict), TokenizerError.
     """
     if options.speculative_config is not None:
@@ -85,15 +89,29 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None,
         from advisor.engine.history import read_history
 
         history = read_history(options.history)  # a bad history fails before the logs are read
-    ingest_stats = IngestStats()
+    if ray_address is not None and workers > 1:
+        raise ConfigError("--ray runs one process per shard on the cluster: drop --workers")
+    options = replace(options, paths=tuple(expand_paths(options.paths)))
     tokenizer_state: dict[str, Any] = {}
     runners = _draft_runners(options, tokenizer_state)  # refuse a missing extra or a wrong draft before reading
-    requests = read_requests(
-        list(options.paths), options.fmt, strict=options.strict, hash_block_size=options.hash_block_size, stats=ingest_stats
-    )
-    collected = stream.collect(requests, _stream_options(options), tokenizer_state, workers, progress)
+    if ray_address is not None:
+        from advisor import shards
 
-    report = replace(_assemble(options, ingest_stats, collected, tokenizer_state), verify_history=history)
+        merged = shards.collect_on_ray(options.paths, options.fmt, options.strict, _stream_options(options),
+                                       ray_address, progress)
+        collected, ingest_stats, tokenizer_info = merged.collected, merged.stats, merged.tokenizer_info
+    else:
+        ingest_stats = IngestStats()
+        requests = read_requests(
+            list(options.paths), options.fmt, strict=options.strict, hash_block_size=options.hash_block_size,
+            stats=ingest_stats,
+        )
+        collected = stream.collect(requests, _stream_options(options), tokenizer_state, workers, progress)
+        tokenizer_info = None
+    if tokenizer_info is None and "tokenizer" in tokenizer_state:  # loaded here: by the workers' pool, or a draft
+        tokenizer_info = tokenizer_state["tokenizer"].info
+
+    report = replace(_assemble(options, ingest_stats, collected, tokenizer_info), verify_history=history)
     if runners and collected.replay_inputs:
         report = _with_draft_replays(report, runners, collected, options, draft_progress)
     features = _features(collected)
@@ -126,7 +144,7 @@ def _arrival_order(timestamps: np.ndarray) -> np.ndarray:
     return np.argsort(keys, kind="stable")
 
 
-def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Collected, tokenizer_state: dict[str, Any]) -> Report:
+def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Collected, tokenizer_info: Any | None) -> Report:
     timestamps = np.array(c.timestamps, dtype=np.float64)
     input_lens = np.array(c.input_lens, dtype=np.float64)
     output_lens = np.array(c.output_lens, dtype=np.float64)
@@ -170,7 +188,7 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
         advise_version=__version__,
         inputs=tuple(_input_entry(path, ingest_stats) for path in options.paths),
         options=options,
-        tokenizer=_tokenizer_entry(tokenizer_state, input_lens, np.array(c.logged_prompt_tokens)),
+        tokenizer=_tokenizer_entry(tokenizer_info, input_lens, np.array(c.logged_prompt_tokens)),
         ingest=Ingest(
             records_read=ingest_stats.records_read,
             records_used=ingest_stats.records_used,
@@ -207,11 +225,12 @@ def _input_entry(path: str, ingest_stats: IngestStats) -> InputFile:
     return InputFile(path, ingest_stats.formats.get(path), os.path.getsize(path), digest.hexdigest())
 
 
-def _tokenizer_entry(state: dict[str, Any], input_lens: np.ndarray, logged: np.ndarray) -> TokenizerSection | None:
-    """Which tokenizer was used, with a warning when it is not the target's, and a check against logged usage."""
-    if "tokenizer" not in state:
+def _tokenizer_entry(info: Any | None, input_lens: np.ndarray, logged: np.ndarray) -> TokenizerSection | None:
+    """Which tokenizer was used (its TokenizerInfo; None: none was loaded), with a warning when it is not the
+    target's, and a check against logged usage."""
+    if info is None:
         return None
-    entry = {**asdict(state["tokenizer"].info), "usage_check": None}
+    entry = {**asdict(info), "usage_check": None}
     pairs = ~np.isnan(input_lens) & ~np.isnan(logged) & (logged > 0)
     if pairs.any():
         ratio = input_lens[pairs] / logged[pairs]

@@ -70,7 +70,9 @@ class Collected:
 
     Per request: a few numbers in packed columns (about 140 bytes); the block chains within
     PREFIX_BLOCK_BUDGET (a seeded sample of conversations past it); token ids for the replays within
-    REPLAY_TOKEN_BUDGET (a seeded reservoir of requests past it).
+    REPLAY_TOKEN_BUDGET (a seeded sample of requests past it). Both samples depend only on the set of
+    requests offered, so the Collected of consecutive parts of a log merge (`absorb`) into the one a single
+    pass over the whole gives.
     """
 
     def __init__(self, seed: int) -> None:
@@ -85,11 +87,7 @@ class Collected:
         self.overlap_counts = state.Column(np.int64)  # 3 x OVERLAP_MAX_N per request with an overlap
         self.overlap_with_context = state.Column(np.bool_)
         self.sampling = state.SamplingCounts()
-        self.replay_inputs: list[tuple[np.ndarray, np.ndarray]] = []
-        self.replay_rows: list[int] = []  # request index of each replay input
-        self.replay_tokens = 0
-        self.replay_seen = 0
-        self.rng = np.random.default_rng(seed)
+        self.replay = state.ReplaySample(REPLAY_TOKEN_BUDGET, seed)
         self._chains: list[prefix.PrefixBlocks | None] | None = None
 
     timestamps = property(lambda self: self._timestamps.values)
@@ -99,6 +97,9 @@ class Collected:
     logged_prompt_tokens = property(lambda self: self._logged_prompt_tokens.values)
     overlap4 = property(lambda self: self._overlap4.values)
     chain_sizes = property(lambda self: self.store.block_sizes)
+    replay_inputs = property(lambda self: self.replay.inputs)  # (prompt ids, output ids), in row order
+    replay_rows = property(lambda self: self.replay.rows)  # request index of each replay input
+    replay_seen = property(lambda self: self.replay.seen)
 
     @property
     def chains(self) -> list[prefix.PrefixBlocks | None]:
@@ -106,6 +107,24 @@ class Collected:
         if self._chains is None:
             self._chains = self.store.chains_by_row(self.rows)
         return self._chains
+
+    def absorb(self, other: Collected) -> None:
+        """Appends `other`, the collection of the requests that follow this one's in file order (another shard
+        of the same paths, collected with the same seed): the result equals one pass over both, field by
+        field, given that `other` was measured with the earlier outputs of its conversations (a shard keeps
+        its conversations whole)."""
+        offset = self.rows
+        for mine, theirs in ((self._timestamps, other._timestamps), (self._input_lens, other._input_lens),
+                             (self._output_lens, other._output_lens), (self._latencies, other._latencies),
+                             (self._logged_prompt_tokens, other._logged_prompt_tokens),
+                             (self._overlap4, other._overlap4), (self.overlap_counts, other.overlap_counts),
+                             (self.overlap_with_context, other.overlap_with_context)):
+            mine.extend(theirs.values)
+        self.store.absorb(other.store, offset)
+        self.sampling.absorb(other.sampling)
+        self.replay.absorb(other.replay, offset)
+        self.rows += other.rows
+        self._chains = None
 
     def overlap_summary(self) -> overlap.OverlapSummary | None:
         if not self.overlap_with_context.size:
@@ -119,8 +138,14 @@ def _nan(value: float | None) -> float:
 
 
 def conversation_key(request: Request, row: int) -> str:
-    """The sampling and routing key: the conversation, or the request itself when it has none."""
+    """The routing key: the conversation, or the request itself when it has none."""
     return request.conversation_id if request.conversation_id is not None else f"#{row}"
+
+
+def sample_key(request: Request) -> str:
+    """The chain sample's key: the conversation, or the request's source "file:line" when it has none (not
+    its row, as in `conversation_key`: a shard of the log does not know its rows in the whole)."""
+    return request.conversation_id if request.conversation_id is not None else f"#{request.source}"
 
 
 def load_request_tokenizer(options: StreamOptions, tokenizer_state: dict[str, Any]):
@@ -189,7 +214,7 @@ def collect_batch(batch: list[Request], measured: list[Measured], out: Collected
         logged.append(_nan(request.prompt_tokens if result.text_prompt else None))
         out.sampling.add(request.sampling)
         if result.chain is not None:
-            out.store.add(row, conversation_key(request, row), result.chain, result.chain_block_size)
+            out.store.add(row, sample_key(request), result.chain, result.chain_block_size)
         share4 = float("nan")
         if result.overlap_counts is not None:
             counts = result.overlap_counts
@@ -197,7 +222,7 @@ def collect_batch(batch: list[Request], measured: list[Measured], out: Collected
             out.overlap_with_context.extend([result.with_context])
             if counts[0, 3]:
                 share4 = counts[1, 3] / counts[0, 3]
-            _keep_for_replay(out, row, result.prompt_ids, result.output_ids)
+            out.replay.add(row, request.source, result.prompt_ids, result.output_ids)
         shares4.append(float(share4))
     out._timestamps.extend(timestamps)
     out._input_lens.extend([r.input_len for r in measured])
@@ -206,23 +231,6 @@ def collect_batch(batch: list[Request], measured: list[Measured], out: Collected
     out._logged_prompt_tokens.extend(logged)
     out._overlap4.extend(shares4)
     out.rows += len(batch)
-
-
-def _keep_for_replay(out: Collected, row: int, prompt_ids: np.ndarray, output_ids: np.ndarray) -> None:
-    """Keeps token ids for the replays; past the token budget, a uniform reservoir sample of requests."""
-    out.replay_seen += 1
-    size = len(prompt_ids) + len(output_ids)
-    if out.replay_tokens + size <= REPLAY_TOKEN_BUDGET:
-        out.replay_inputs.append((prompt_ids, output_ids))
-        out.replay_rows.append(row)
-        out.replay_tokens += size
-        return
-    slot = int(out.rng.integers(0, out.replay_seen))
-    if slot < len(out.replay_inputs):
-        old_prompt, old_output = out.replay_inputs[slot]
-        out.replay_tokens += size - len(old_prompt) - len(old_output)
-        out.replay_inputs[slot] = (prompt_ids, output_ids)
-        out.replay_rows[slot] = row
 
 
 def _batches(requests: Iterable[Request]) -> Iterator[list[Request]]:

@@ -32,7 +32,8 @@ def run_json(*args: str) -> dict:
 
 
 def test_import_advisor_stays_light():
-    code = "import advisor, advisor.cli, sys; bad = [m for m in ('transformers', 'sklearn', 'torch', 'vllm', 'matplotlib', 'selenium') if m in sys.modules]; print(bad)"
+    code = ("import advisor, advisor.cli, advisor.shards, advisor.ingest, sys; bad = [m for m in ('transformers', "
+            "'sklearn', 'torch', 'vllm', 'matplotlib', 'selenium', 'ray', 'fsspec') if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

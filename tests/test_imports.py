@@ -33,6 +33,7 @@ STAGES: dict[str, int | str] = {
     "advisor.emit": EMIT,
     "advisor.profile": PROFILE,  # wires the stages together
     "advisor.stream": PROFILE,  # the profile's streaming collection (tokenize + measure per batch, workers)
+    "advisor.shards": PROFILE,  # the same collection as parallel shards on Ray, merged
     "advisor.verify": VERIFY,
     "advisor.cli": CLI,
 }

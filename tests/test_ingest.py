@@ -225,3 +225,36 @@ def test_byte_order_mark_is_ignored(tmp_path):
     csv_path = tmp_path / "trace.csv"
     csv_path.write_bytes(b"\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.5,1,2\n")
     assert len(read(str(path))[0]) == 1 and read(str(csv_path))[0][0].timestamp % 1 == 0.5
+
+
+def test_urls_and_globs_read_like_local_paths(tmp_path):
+    """fsspec URLs (file:// here; s3:// is the same call with s3fs) and glob patterns give the requests of the
+    local paths; a gzip file behind a URL is told by its magic bytes; ingest stats of consecutive parts
+    absorbed in order are those of one pass."""
+    pytest.importorskip("fsspec")
+    from advisor.ingest import expand_paths, shard_paths
+
+    lines = (FIXTURES / "code_editing.jsonl").read_bytes().splitlines(keepends=True)
+    (tmp_path / "a.jsonl").write_bytes(b"".join(lines[:10]) + b"{broken\n")
+    (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(b"".join(lines[10:]) + b"[1]\n"))
+    local = [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl.gz")]
+    urls = expand_paths([f"file://{tmp_path}/*.jsonl*"])
+    assert urls == [f"file://{path}" for path in local] and expand_paths([str(tmp_path / "*.jsonl*")]) == local
+    assert shard_paths(urls) == [(urls[0],), (urls[1],)]
+    whole = IngestStats()
+    by_path = [(r.prompt_token_ids, r.messages, r.completion) for r in read_requests(local, stats=whole)]
+    absorbed = IngestStats()
+    by_url = []
+    for url in urls:
+        part = IngestStats()
+        by_url += [(r.prompt_token_ids, r.messages, r.completion) for r in read_requests([url], stats=part)]
+        absorbed.absorb(part)
+    assert by_url == by_path and len(by_path) == len(lines)
+    assert absorbed.skipped == whole.skipped == 2 and absorbed.records_read == whole.records_read
+    assert [p.split(":", 2)[-1] for p in absorbed.problems] == [p.split(":", 1)[-1] for p in whole.problems]
+    with pytest.raises(InputError, match="no file matches"):
+        expand_paths([f"file://{tmp_path}/*.csv"])
+    with pytest.raises(InputError, match="no such file"):
+        list(read_requests([f"file://{tmp_path}/missing.jsonl"]))
+    with pytest.raises(InputError, match="cannot be read"):
+        list(read_requests(["nosuchprotocol://bucket/x.jsonl"]))

@@ -1,7 +1,7 @@
 """Peak RSS of `advise` stays under 1 GiB on a log far past every per-request budget (slow: run in CI).
 
 The log is built from the real data by scripts/make_big_log.py (distinct ids, timestamps and text per copy)
-and is large enough that the chain store, the replay reservoir and the piece cache all hit their budgets;
+and is large enough that the chain store, the replay sample and the piece cache all hit their budgets;
 a profile that kept per-request objects or token ids would grow with it. Peak RSS is the child's, read
 with os.wait4 (resource.getrusage of that process).
 """

@@ -136,13 +136,87 @@ def test_packed_overlap_counts_give_the_object_summary():
     assert_same(a, b)
 
 
-def test_replay_reservoir_stays_within_budget(monkeypatch):
-    monkeypatch.setattr(stream, "REPLAY_TOKEN_BUDGET", 1_000)
-    out = stream.Collected(seed=0)
+def test_replay_sample_stays_within_budget():
+    sample = state.ReplaySample(token_budget=1_000, seed=0)
     rng = np.random.default_rng(0)
     for row in range(500):
         size = int(rng.integers(5, 20))
-        stream._keep_for_replay(out, row, np.zeros(size, np.int32), np.zeros(size, np.int32))
-    assert out.replay_seen == 500
-    assert sum(len(p) + len(o) for p, o in out.replay_inputs) == out.replay_tokens
-    assert len(out.replay_inputs) < 500 and out.replay_tokens <= 1_000 * 1.5
+        sample.add(row, f"log:{row}", np.zeros(size, np.int32), np.zeros(size, np.int32))
+        assert sample.tokens <= 1_000
+    assert sample.seen == 500
+    inputs = sample.inputs
+    assert sum(len(p) + len(o) for p, o in inputs) == sample.tokens <= 750 and 0 < len(inputs) < 500
+    assert list(sample.rows) == sorted(sample.rows)
+
+
+def _offers(count: int, seed: int) -> list[tuple[int, str, int]]:
+    """(row, conversation key, size) of a random log: conversations of several requests, interleaved."""
+    rng = random.Random(seed)
+    return [(row, f"conv{rng.randrange(count // 4)}", rng.randrange(1, 12)) for row in range(count)]
+
+
+def _store(offers, budget: int, shift: int = 0) -> state.ChainStore:
+    """The chain store of `offers`, its rows counted from `shift` (a shard's first row in the whole log)."""
+    store = state.ChainStore(block_budget=budget, seed=5)
+    for row, key, size in offers:
+        store.add(row - shift, key, _chain(size, row), 16)
+    return store
+
+
+def _sample(offers, budget: int, shift: int = 0) -> state.ReplaySample:
+    sample = state.ReplaySample(token_budget=budget, seed=5)
+    for row, key, size in offers:
+        sample.add(row - shift, f"{key}:{row}", np.full(size, row, np.int32), np.zeros(1, np.int32))
+    return sample
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_samples_depend_on_the_set_of_requests_only(seed):
+    """The chain and replay samples merge: cutting the log into consecutive shards, collecting each alone
+    and absorbing them in order gives the single pass's sample (the shards' own samples may have dropped
+    more than the whole's, or less), and offering the requests in another order keeps the same set."""
+    offers = _offers(3_000, seed)
+    cuts = sorted(random.Random(seed).sample(range(1, len(offers)), 3))
+    parts = [offers[a:b] for a, b in zip([0, *cuts], [*cuts, len(offers)])]
+    single_store, single_sample = _store(offers, 2_000), _sample(offers, 2_000)
+    assert single_store.sampled and single_sample.threshold < 2**32
+    merged_store, merged_sample = state.ChainStore(2_000, 5), state.ReplaySample(2_000, 5)
+    for part in parts:
+        shift = part[0][0]
+        merged_store.absorb(_store(part, 2_000, shift), shift)
+        merged_sample.absorb(_sample(part, 2_000, shift), shift)
+    assert merged_store.threshold == single_store.threshold and merged_store.offered == single_store.offered
+    for name in ("blocks", "lengths", "prompt_blocks", "prompt_tokens", "priorities"):
+        np.testing.assert_array_equal(getattr(merged_store, name).values, getattr(single_store, name).values)
+    np.testing.assert_array_equal(merged_store.rows.values, single_store.rows.values)
+    assert merged_sample.threshold == single_sample.threshold and merged_sample.seen == single_sample.seen
+    np.testing.assert_array_equal(merged_sample.rows, single_sample.rows)
+    assert merged_sample.tokens == single_sample.tokens
+    # The local rows were shifted back: the kept token ids (the row itself) are the single pass's.
+    for (a, _), (b, _) in zip(merged_sample.inputs, single_sample.inputs):
+        np.testing.assert_array_equal(a, b)
+    shuffled = offers[:]
+    random.Random(seed).shuffle(shuffled)
+    assert set(_store(shuffled, 2_000).rows.values.tolist()) == set(single_store.rows.values.tolist())
+    assert set(_sample(shuffled, 2_000).rows.tolist()) == set(single_sample.rows.tolist())
+
+
+def test_collected_absorb_equals_one_pass(real_file):
+    """Collected of consecutive parts of a real log, absorbed in order, is the one pass's Collected."""
+    from advisor.ingest import read_requests
+
+    options = stream.StreamOptions(tokenizer=None, model=None, block_size=16, hash_block_size=512, seed=0)
+    requests = list(read_requests([str(real_file("aider_chat_history.md"))]))
+    whole = stream.collect(requests, options, {})
+    merged = stream.Collected(0)
+    for start in range(0, len(requests), 97):  # the aider conversations are cut: context restarts per part
+        merged.absorb(stream.collect(requests[start:start + 97], options, {}))
+    assert merged.rows == whole.rows
+    for name in ("timestamps", "input_lens", "output_lens", "latencies", "logged_prompt_tokens"):
+        np.testing.assert_array_equal(getattr(merged, name), getattr(whole, name))
+    assert merged.sampling.counts == whole.sampling.counts
+    np.testing.assert_array_equal(merged.replay_rows, whole.replay_rows)
+    np.testing.assert_array_equal(merged.store.blocks.values, whole.store.blocks.values)
+    counts = merged.overlap_counts.values.reshape(-1, 3, stream.OVERLAP_MAX_N)
+    wholes = whole.overlap_counts.values.reshape(-1, 3, stream.OVERLAP_MAX_N)
+    np.testing.assert_array_equal(counts[:, :2], wholes[:, :2])  # ngrams and prompt hits: per request

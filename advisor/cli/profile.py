@@ -48,7 +48,7 @@ class _DraftBar:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("logs", nargs=-1, required=True)
+@click.argument("logs", nargs=-1)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Log format (default: detected per file).")
 @click.option("--strict", is_flag=True, help="Stop at the first bad record instead of skipping it.")
 @click.option("--tokenizer", help="Local HF tokenizer dir or tokenizer.json, a cached HF model id, or tiktoken:<encoding>.")
@@ -84,14 +84,27 @@ class _DraftBar:
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes that tokenize and measure (the report is the same; only the speed changes).")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", metavar="[ADDRESS]",
+              help="Collect the files as parallel shards on a Ray cluster (auto, host:port, ray://host:port; "
+                   "alone: a local one) into the same report. Needs advise[ray] (docs/ray.md).")
 def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokenizer: str | None, model: str | None,
                     gpu: str | None, tp: int, max_num_seqs: int | None, request_rate: float | None,
                     history: str | None, block_size: int, hash_block_size: int, speculative_config: dict | None, drafts: tuple[str, ...],
                     max_draft_requests: int, no_replay: bool,
                     no_sweep: bool, max_replay_requests: int, no_recommend: bool, as_json: bool, out: str | None,
-                    checklist: str | None, html_path: str | None, no_progress: bool, workers: int) -> None:
-    """Profile LOGS (files, .gz, or - for stdin) and advise on APC and speculative decoding."""
+                    checklist: str | None, html_path: str | None, no_progress: bool, workers: int,
+                    ray_address: str | None) -> None:
+    """Profile LOGS (files, .gz, fsspec URLs such as s3://bucket/logs/*.jsonl.gz, globs, or - for stdin) and
+    advise on APC and speculative decoding."""
     from advisor.profile import ProfileOptions, build_profile
+
+    if ray_address is not None:
+        from advisor.shards import LOCAL, is_address
+
+        if not is_address(ray_address):  # `--ray LOGS...`: the value click took is the first log
+            logs, ray_address = (ray_address, *logs), LOCAL
+    if not logs:
+        raise click.UsageError("Missing argument 'LOGS...'.")
 
     if speculative_config is not None and no_replay:
         raise ConfigError("--speculative-config asks for a replay: drop --no-replay")
@@ -112,9 +125,10 @@ def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokeni
     show_bar = not no_progress and sys.stderr.isatty() and "-" not in logs
     if show_bar:
         with click.progressbar(length=None, label="requests", file=sys.stderr, show_pos=True) as bar:  # type: ignore[arg-type]
-            profile = build_profile(options, progress=bar.update, draft_progress=_DraftBar(), workers=workers)
+            profile = build_profile(options, progress=bar.update, draft_progress=_DraftBar(), workers=workers,
+                                    ray_address=ray_address)
     else:
-        profile = build_profile(options, workers=workers)
+        profile = build_profile(options, workers=workers, ray_address=ray_address)
     write_outputs(profile.report, as_json=as_json, out=out, checklist=checklist, html=html_path)
 
 

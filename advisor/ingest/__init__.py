@@ -10,6 +10,8 @@ skipped and counted in `IngestStats` (messages "file:line: reason", never quotin
 """
 from __future__ import annotations
 
+import glob
+import os
 from typing import Callable, Iterator, Sequence
 
 import orjson
@@ -17,13 +19,13 @@ import orjson
 from advisor.errors import InputError
 from advisor.ingest import (aider, bench_custom, csv_traces, mooncake, openai, openai_batch, otel, sharegpt, swe_agent,
                             vllm_log)
-from advisor.ingest._io import SNIFF_BYTES, UTF8_BOM, IngestStats, Sink, Source
+from advisor.ingest._io import SNIFF_BYTES, UTF8_BOM, IngestStats, Sink, Source, is_url
 
 # Skipped-record messages shown with the error of a file that gave no request.
 MAX_SHOWN = 5
 from advisor.record import Request
 
-__all__ = ["FORMATS", "IngestStats", "detect_format", "read_requests"]
+__all__ = ["FORMATS", "IngestStats", "detect_format", "expand_paths", "read_requests", "shard_paths"]
 
 Reader = Callable[[Source, Sink, int], Iterator[Request]]
 READERS: dict[str, Reader] = {
@@ -154,6 +156,52 @@ def _count_used(sink: Sink, request_source: str) -> None:
 def detect_format(path: str) -> str:
     """The format of a log, from its extension and its first bytes/records; InputError if unknown."""
     return _detect(_source(path))
+
+
+def expand_paths(paths: Sequence[str]) -> list[str]:
+    """`paths` with each glob pattern (`*`, `?`, `[`) replaced by the files it matches, sorted: local globs,
+    and fsspec URLs (s3://bucket/logs/*.jsonl.gz) matched by their filesystem. A path that exists as it is
+    written, and "-", stay as they are. InputError for a pattern that matches nothing."""
+    out: list[str] = []
+    for path in paths:
+        if path == "-" or not any(char in path for char in "*?[") or os.path.exists(path):
+            out.append(path)
+            continue
+        if is_url(path):
+            try:
+                import fsspec
+            except ImportError:
+                raise InputError(f"{path}: reading URLs needs fsspec: pip install 'advise[ray]'") from None
+            try:
+                filesystem, _, found = fsspec.get_fs_token_paths(path)
+            except (ImportError, ValueError) as exc:
+                raise InputError(f"{path}: cannot be listed: {exc}") from None
+            matches = sorted(filesystem.unstrip_protocol(name) for name in found)
+        else:
+            matches = sorted(glob.glob(path))
+        if not matches:
+            raise InputError(f"{path}: no file matches the pattern")
+        out.extend(matches)
+    return out
+
+
+def shard_paths(paths: Sequence[str], fmt: str | None = None) -> list[tuple[str, ...]]:
+    """`paths` cut into consecutive parts that read independently: one file each, except the files that
+    `read_requests` reads as one group (a rotated server log, a batch file and its outputs), kept together."""
+    shards: list[tuple[str, ...]] = []
+    previous = None
+    for path in paths:
+        name = fmt
+        if name is None:
+            source = Source(path)
+            name = _detect(source)
+            source.close()
+        if name in GROUP_READERS and name == previous:
+            shards[-1] += (path,)
+        else:
+            shards.append((path,))
+        previous = name
+    return shards
 
 
 def read_requests(

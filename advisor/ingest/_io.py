@@ -53,6 +53,19 @@ class IngestStats:
     notes: list[str] = field(default_factory=list)  # what the format could not record, and why; a cut .gz
 
 
+    def absorb(self, other: IngestStats) -> None:
+        """Adds the stats of reading the files that follow (a shard of the same paths): the stats one pass
+        over both gives (problems are the first MAX_PROBLEMS in file order)."""
+        for name in ("records_read", "records_used", "records_skipped", "requests", "skipped", "conversations",
+                     "turns", "truncated", "unfinished"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for reason, count in other.skipped_by_reason.items():
+            self.skipped_by_reason[reason] = self.skipped_by_reason.get(reason, 0) + count
+        self.problems.extend(other.problems[: MAX_PROBLEMS - len(self.problems)])
+        self.formats.update(other.formats)
+        self.notes.extend(other.notes)
+
+
 class BadRecord(Exception):
     """Raised inside a reader's record conversion; `kind` is the short class counted in the stats."""
 
@@ -164,6 +177,26 @@ class _Failing(io.RawIOBase):
         raise self._error
 
 
+def is_url(path: str) -> bool:
+    """Whether `path` names a file through fsspec (s3://, gs://, file://, ...) rather than a local path."""
+    return "://" in path
+
+
+def open_url(path: str) -> BinaryIO:
+    """A binary stream of an fsspec URL; InputError naming the package when fsspec or the protocol's
+    implementation (s3fs for s3://, gcsfs for gs://) is not installed."""
+    try:
+        import fsspec
+    except ImportError:
+        raise InputError(f"{path}: reading URLs needs fsspec: pip install 'advise[ray]'") from None
+    try:
+        return fsspec.open(path, "rb").open()
+    except ImportError as exc:  # fsspec names the package the protocol needs
+        raise InputError(f"{path}: cannot be read: {exc}") from None
+    except ValueError as exc:  # an unknown protocol
+        raise InputError(f"{path}: cannot be read: {exc}") from None
+
+
 class Source:
     """One input: a file path (gzip detected by its magic bytes), or "-" for stdin (read once)."""
 
@@ -195,7 +228,7 @@ class Source:
             raw: BinaryIO = sys.stdin.buffer
         else:
             try:
-                raw = open(self.path, "rb")
+                raw = open_url(self.path) if is_url(self.path) else open(self.path, "rb")
             except FileNotFoundError:
                 raise InputError(f"{self.path}: no such file") from None
             except IsADirectoryError:

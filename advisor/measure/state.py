@@ -5,13 +5,17 @@ The profile reads requests one batch at a time; what it keeps of each request mu
 - `Column`: one number per request (lengths, times, shares): 8 bytes a request;
 - `ChainStore`: every request's KV block-hash chain in one packed array, within a block budget: past it, a
   seeded sample of conversations is kept (threshold sampling on a hash of the conversation id, so a
-  conversation is kept or dropped whole and the kept set does not depend on batch boundaries);
+  conversation is kept or dropped whole; the kept set depends only on the set of chains offered, not on
+  their order or on batch or shard boundaries, so two stores merge into the one a single pass gives);
+- `ReplaySample`: token ids of requests for the replays within a token budget: past it, a seeded sample of
+  requests by the same order-free threshold rule;
 - `ContextOutputs`: the earlier outputs of each live conversation (for the overlap's context), an LRU of
   conversations bounded in tokens;
 - `SamplingCounts`: sampling settings as exact counts of their distinct values.
 """
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections import Counter, OrderedDict
 
@@ -21,6 +25,8 @@ from advisor.measure.prefix import PrefixBlocks
 from advisor.record import SamplingParams
 
 _PRIORITY_SPACE = 1 << 32
+# A sampled store keeps at most this share of its budget; between compactions it fills up to the whole budget.
+SAMPLE_SHARE = (3, 4)
 
 
 class Column:
@@ -44,6 +50,9 @@ class Column:
     def values(self) -> np.ndarray:
         return self._data[: self.size]
 
+    def __getstate__(self) -> dict:
+        return {"_data": self.values.copy(), "size": self.size}  # what was appended, not the spare capacity
+
     def keep(self, mask: np.ndarray) -> None:
         """Drops the entries where `mask` is False (compaction)."""
         kept = self.values[mask]
@@ -56,60 +65,156 @@ def conversation_priority(key: str, seed: int) -> int:
     return zlib.crc32(key.encode("utf-8", "surrogatepass"), seed & 0xFFFFFFFF)
 
 
-class ChainStore:
-    """Block-hash chains of the requests, packed, holding at most `block_budget` blocks.
+def priority_threshold(priorities: np.ndarray, weights: np.ndarray, cut: int) -> int:
+    """The threshold of a weighted bottom-k sample: the smallest priority p whose items, with every lower
+    one, weigh more than `cut` (_PRIORITY_SPACE when all of them fit). Items with priority < threshold are
+    kept: the lowest priorities that fit, whole priorities only (a conversation shares its priority).
 
-    Rows are request indices (file order). A request's chain is kept while its conversation's priority
-    is below the threshold; when the kept blocks pass the budget the threshold drops to the priority
-    that keeps at most half the budget and the store is compacted, so memory stays within the budget
-    whatever the log's size. `kept_share` is the threshold as a share of conversations (1.0: all kept).
+    A function of the multiset of (priority, weight) alone: a store that keeps every item below the
+    threshold of what it has seen so far never drops an item of the final sample, and the union of such
+    stores gives the threshold of the whole (`merge_threshold`)."""
+    order = np.argsort(priorities, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    over = int(np.searchsorted(cumulative, cut, side="right"))
+    return int(priorities[order[over]]) if over < order.size else _PRIORITY_SPACE
+
+
+def merge_threshold(thresholds: list[int], priorities: np.ndarray, weights: np.ndarray, cut: int) -> int:
+    """The threshold of the union of stores, from their own thresholds and the items they kept.
+
+    Every item below the whole's threshold T is in some store (each store's threshold is >= T), so the
+    union's own threshold is T unless a store reached T itself and dropped the items at T: the minimum of
+    the two is T either way."""
+    return min([*thresholds, priority_threshold(priorities, weights, cut)])
+
+
+class _PrioritySample:
+    """What the chain store and the replay sample share: items with a priority and a weight (blocks, tokens),
+    of which those below `priority_threshold` of everything offered are kept, with a cut of SAMPLE_SHARE of
+    `budget`. When the stored weight passes the budget the sample drops what is at or above the threshold of
+    what it has seen (compaction); reads settle the rest. Subclasses hold the payload and drop it in `_keep`.
+    """
+
+    def __init__(self, budget: int, seed: int):
+        self.budget = budget
+        self.cut = budget * SAMPLE_SHARE[0] // SAMPLE_SHARE[1]
+        self.seed = seed
+        self._threshold = _PRIORITY_SPACE
+        self._settled = True
+        self._rows = Column(np.int64)
+        self.priorities = Column(np.int64)
+        self.weights = Column(np.int64)
+        self.weight = 0  # of the stored items
+
+    def _stored(self, row: int, priority: int, weight: int) -> None:
+        """Records the item just stored; compacts when the budget is passed."""
+        self._rows.extend([row])
+        self.priorities.extend([priority])
+        self.weights.extend([weight])
+        self.weight += weight
+        self._settled = False
+        if self.weight > self.budget:
+            self._settle()
+
+    def _absorb_items(self, other: _PrioritySample, row_offset: int) -> list[int]:
+        """Appends `other`'s rows (shifted), priorities and weights; returns both settled thresholds."""
+        if (other.budget, other.seed) != (self.budget, self.seed):
+            raise ValueError("samples of different budgets or seeds do not merge")
+        thresholds = [self.threshold, other.threshold]  # each settled on its own items first
+        self._rows.extend(other._rows.values + row_offset)
+        self.priorities.extend(other.priorities.values)
+        self.weights.extend(other.weights.values)
+        self.weight += other.weight
+        return thresholds
+
+    def _merged(self, thresholds: list[int]) -> None:
+        self._threshold = merge_threshold(thresholds, self.priorities.values, self.weights.values, self.cut)
+        self._compact()
+
+    def _settle(self) -> None:
+        """Lowers the threshold to that of the items seen (see `priority_threshold`) and compacts."""
+        self._threshold = min(self._threshold,
+                              priority_threshold(self.priorities.values, self.weights.values, self.cut))
+        self._compact()
+
+    def _compact(self) -> None:
+        keep = self.priorities.values < self._threshold
+        if not keep.all():
+            self._keep(keep)
+            for column in (self._rows, self.priorities, self.weights):
+                column.keep(keep)
+            self.weight = int(self.weights.values.sum())
+        self._settled = True
+
+    def _keep(self, keep: np.ndarray) -> None:
+        raise NotImplementedError
+
+    @property
+    def threshold(self) -> int:
+        if not self._settled:
+            self._settle()
+        return self._threshold
+
+    @property
+    def sampled(self) -> bool:
+        return self.threshold < _PRIORITY_SPACE
+
+    def _settled_rows(self) -> np.ndarray:
+        if not self._settled:
+            self._settle()
+        return self._rows.values
+
+
+class ChainStore(_PrioritySample):
+    """Block-hash chains of the requests, packed, holding at most `block_budget` blocks (see _PrioritySample).
+
+    Rows are request indices (file order). The priority is the conversation's, so a conversation is kept
+    or dropped whole. Memory stays within the budget whatever the log's size. `kept_share` is the threshold
+    as a share of conversations (1.0: all kept).
     """
 
     def __init__(self, block_budget: int, seed: int):
-        self.block_budget = block_budget
-        self.seed = seed
-        self.threshold = _PRIORITY_SPACE
+        super().__init__(block_budget, seed)
         self.blocks = Column(np.uint64)
-        self.rows = Column(np.int64)
-        self.lengths = Column(np.int64)
         self.prompt_blocks = Column(np.int64)
         self.prompt_tokens = Column(np.int64)
-        self.priorities = Column(np.int64)
         self.offered = 0  # requests with a chain, kept or not
         self.block_sizes: set[int] = set()
+
+    lengths = property(lambda self: self.weights)  # blocks of each kept chain
 
     def add(self, row: int, key: str, chain: PrefixBlocks, block_size: int) -> None:
         self.offered += 1
         self.block_sizes.add(block_size)
         priority = conversation_priority(key, self.seed)
-        if priority >= self.threshold:
+        if priority >= self._threshold:
             return
         self.blocks.extend(chain.chain)
-        self.rows.extend([row])
-        self.lengths.extend([chain.chain.size])
         self.prompt_blocks.extend([chain.prompt_blocks])
         self.prompt_tokens.extend([chain.prompt_tokens])
-        self.priorities.extend([priority])
-        if self.blocks.size > self.block_budget:
-            self._shrink()
+        self._stored(row, priority, chain.chain.size)
 
-    def _shrink(self) -> None:
-        """Lowers the threshold until the kept chains fill at most half the budget, then compacts."""
-        priorities = self.priorities.values
-        order = np.argsort(priorities, kind="stable")
-        cumulative = np.cumsum(self.lengths.values[order])
-        fits = int(np.searchsorted(cumulative, self.block_budget // 2, side="right"))
-        # Whole priorities only: every request of a conversation shares its priority.
-        self.threshold = int(priorities[order[fits]]) if fits < order.size else self.threshold
-        keep = priorities < self.threshold
-        keep_blocks = np.repeat(keep, self.lengths.values)
-        self.blocks.keep(keep_blocks)
-        for column in (self.rows, self.lengths, self.prompt_blocks, self.prompt_tokens, self.priorities):
-            column.keep(keep)
+    def absorb(self, other: ChainStore, row_offset: int) -> None:
+        """Appends the chains of `other`, whose rows follow this store's (shifted by `row_offset`): the result
+        is the store one pass over both gives."""
+        thresholds = self._absorb_items(other, row_offset)
+        self.blocks.extend(other.blocks.values)
+        self.prompt_blocks.extend(other.prompt_blocks.values)
+        self.prompt_tokens.extend(other.prompt_tokens.values)
+        self.offered += other.offered
+        self.block_sizes |= other.block_sizes
+        self._merged(thresholds)
+
+    def _keep(self, keep: np.ndarray) -> None:
+        self.blocks.keep(np.repeat(keep, self.weights.values))
+        self.prompt_blocks.keep(keep)
+        self.prompt_tokens.keep(keep)
 
     @property
-    def sampled(self) -> bool:
-        return self.threshold < _PRIORITY_SPACE
+    def rows(self) -> Column:
+        """The request row of each kept chain."""
+        self._settled_rows()
+        return self._rows
 
     @property
     def kept_share(self) -> float:
@@ -118,14 +223,68 @@ class ChainStore:
     def chains_by_row(self, rows: int) -> list[PrefixBlocks | None]:
         """One entry per request row (None: no chain, or not in the sample); chains are views, not copies."""
         out: list[PrefixBlocks | None] = [None] * rows
+        kept_rows = self._settled_rows().tolist()
         blocks = self.blocks.values
-        starts = np.concatenate(([0], np.cumsum(self.lengths.values)[:-1])).astype(np.int64)
+        starts = np.concatenate(([0], np.cumsum(self.weights.values)[:-1])).astype(np.int64)
         for row, start, length, prompt_blocks, prompt_tokens in zip(
-            self.rows.values.tolist(), starts.tolist(), self.lengths.values.tolist(),
+            kept_rows, starts.tolist(), self.weights.values.tolist(),
             self.prompt_blocks.values.tolist(), self.prompt_tokens.values.tolist(),
         ):
             out[row] = PrefixBlocks(prompt_tokens, prompt_blocks, blocks[start : start + length])
         return out
+
+
+def request_priority(key: str, seed: int) -> int:
+    """A deterministic 32-bit priority of one request for the replay sample (a keyed hash, not crc32: the
+    request keys share long prefixes, and crc32's linearity would tie the kept set to the key lengths)."""
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=4,
+                             key=(seed & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little"))
+    return int.from_bytes(digest.digest(), "little")
+
+
+class ReplaySample(_PrioritySample):
+    """(prompt ids, output ids) of the requests the replays read, holding at most `token_budget` tokens.
+
+    Past the budget, the requests of lowest priority (`request_priority` of the request's key) that fit in
+    SAMPLE_SHARE of it (see _PrioritySample): a uniform sample of requests, the same whatever the order or
+    sharding of the log. `seen` counts every request offered.
+    """
+
+    def __init__(self, token_budget: int, seed: int):
+        super().__init__(token_budget, seed)
+        self._inputs: list[tuple[np.ndarray, np.ndarray]] = []
+        self.seen = 0
+
+    def add(self, row: int, key: str, prompt_ids: np.ndarray, output_ids: np.ndarray) -> None:
+        self.seen += 1
+        priority = request_priority(key, self.seed)
+        if priority >= self._threshold:
+            return
+        self._inputs.append((prompt_ids, output_ids))
+        self._stored(row, priority, len(prompt_ids) + len(output_ids))
+
+    def absorb(self, other: ReplaySample, row_offset: int) -> None:
+        """Appends the requests of `other`, whose rows follow this sample's: the sample one pass gives."""
+        thresholds = self._absorb_items(other, row_offset)
+        self._inputs.extend(other._inputs)
+        self.seen += other.seen
+        self._merged(thresholds)
+
+    def _keep(self, keep: np.ndarray) -> None:
+        self._inputs = [pair for pair, kept in zip(self._inputs, keep.tolist()) if kept]
+
+    tokens = property(lambda self: self.weight)
+
+    @property
+    def inputs(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The kept (prompt ids, output ids), in row order."""
+        self._settled_rows()
+        return self._inputs
+
+    @property
+    def rows(self) -> np.ndarray:
+        """The request row of each kept input."""
+        return self._settled_rows()
 
 
 class ContextOutputs:
@@ -166,3 +325,6 @@ class SamplingCounts:
 
     def add(self, params: SamplingParams) -> None:
         self.counts[(params.temperature, params.top_k, params.top_p is not None)] += 1
+
+    def absorb(self, other: SamplingCounts) -> None:
+        self.counts.update(other.counts)
