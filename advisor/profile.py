@@ -72,7 +72,8 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None,
                   draft_progress: Callable[[int, int], None] | None = None, workers: int = 1) -> Profile:
     """Reads, tokenizes and measures the logs; returns the report (and recommendation unless disabled).
 
-    `workers` processes tokenize and measure (the same report as one: it only changes the speed).
+    `workers` processes tokenize and measure, and as many threads run the ngram replay (the same report as
+    one: it only changes the speed).
     `draft_progress(tokens_done, tokens_total)` follows the draft models' forward passes.
     Raises AdvisorError subclasses: InputError (nothing usable), BadRecordError (--strict), TokenizerError.
     """
@@ -88,7 +89,7 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None,
     )
     collected = stream.collect(requests, _stream_options(options), tokenizer_state, workers, progress)
 
-    report = _assemble(options, ingest_stats, collected, tokenizer_state)
+    report = _assemble(options, ingest_stats, collected, tokenizer_state, workers)
     if runners and collected.replay_inputs:
         report = _with_draft_replays(report, runners, collected, options, draft_progress)
     features = _features(collected)
@@ -121,7 +122,8 @@ def _arrival_order(timestamps: np.ndarray) -> np.ndarray:
     return np.argsort(keys, kind="stable")
 
 
-def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Collected, tokenizer_state: dict[str, Any]) -> Report:
+def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Collected, tokenizer_state: dict[str, Any],
+              workers: int = 1) -> Report:
     timestamps = np.array(c.timestamps, dtype=np.float64)
     input_lens = np.array(c.input_lens, dtype=np.float64)
     output_lens = np.array(c.output_lens, dtype=np.float64)
@@ -157,7 +159,7 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
         disabled.append(Disabled("n-gram overlap and speculative replay", "no completion text in the log"))
     sampling_section = section(Sampling, sampling.summary_from_counts(c.sampling.counts).to_dict())
     try:
-        replays, sweep = _replays(c, order, options)
+        replays, sweep = _replays(c, order, options, workers)
         apc_section = apc_job.result() if apc_job else None
     finally:
         worker.shutdown(cancel_futures=True)
@@ -342,7 +344,9 @@ def _apc(c: stream.Collected, order: np.ndarray, options: ProfileOptions, timest
     return section(Apc, data, "apc")
 
 
-def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions) -> tuple[tuple[Replay, ...], tuple[Replay, ...]]:
+def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions,
+             threads: int = 1) -> tuple[tuple[Replay, ...], tuple[Replay, ...]]:
+    """The headline replays and the sweep; the ngram pass on `threads` threads (--workers: the same counts)."""
     if not c.replay_inputs or not options.replay:
         return (), ()
     from advisor.measure import specreplay
@@ -360,13 +364,14 @@ def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions) ->
     if options.sweep and options.speculative_config is None:
         suffix_ks = sorted({*specreplay.SWEEP_KS, *(c["num_speculative_tokens"] for c in headline if c["method"] == "suffix")})
         swept = specreplay.sweep(
-            inputs, max_requests=options.max_replay_requests, seed=options.seed, suffix_ks=suffix_ks
+            inputs, max_requests=options.max_replay_requests, seed=options.seed, suffix_ks=suffix_ks, threads=threads,
         ).replays
         replays = [next(r for r in swept if r.config == config) for config in headline]
         sweep = [r for r in swept if r.method != "suffix" or r.config["num_speculative_tokens"] in specreplay.SWEEP_KS]
     else:
         replays = [
-            specreplay.replay_config(config, inputs, max_requests=options.max_replay_requests, seed=options.seed)
+            specreplay.replay_config(config, inputs, max_requests=options.max_replay_requests, seed=options.seed,
+                                     threads=threads)
             for config in headline
         ]
         sweep = []
