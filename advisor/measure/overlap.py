@@ -50,8 +50,9 @@ def _slot(key: int, mask: int) -> int:
 
 
 @njit(cache=True, inline="always")
-def _number(keys: np.ndarray, numbers: np.ndarray, level: int, key: int, next_number: int) -> int:
-    """The number of `key` in row `level` of an open-addressing table; a new key gets `next_number`."""
+def _probe(keys: np.ndarray, numbers: np.ndarray, level: int, key: int, new_number: int) -> int:
+    """The number of `key` in row `level` of an open-addressing table; a missing key is inserted with
+    `new_number` when that is >= 0, and `new_number` returned (-1: look up only, not found)."""
     mask = keys.shape[1] - 1
     slot = _slot(key, mask)
     while True:
@@ -59,23 +60,10 @@ def _number(keys: np.ndarray, numbers: np.ndarray, level: int, key: int, next_nu
         if stored == key:
             return numbers[level, slot]
         if stored == _EMPTY:
-            keys[level, slot] = key
-            numbers[level, slot] = next_number
-            return next_number
-        slot = (slot + 1) & mask
-
-
-@njit(cache=True, inline="always")
-def _find(keys: np.ndarray, numbers: np.ndarray, level: int, key: int) -> int:
-    """The number of `key` in row `level`, or -1 when the output does not have that n-gram."""
-    mask = keys.shape[1] - 1
-    slot = _slot(key, mask)
-    while True:
-        stored = keys[level, slot]
-        if stored == key:
-            return numbers[level, slot]
-        if stored == _EMPTY:
-            return -1
+            if new_number >= 0:
+                keys[level, slot] = key
+                numbers[level, slot] = new_number
+            return new_number
         slot = (slot + 1) & mask
 
 
@@ -110,7 +98,7 @@ def _mark_found(pool: np.ndarray, bounds: np.ndarray, table: np.ndarray, slot_ke
                 last = _lookup(table, pool[position])
                 if last < 0:
                     break
-                number = _find(slot_keys, slot_numbers, n - 1, number * base + last)
+                number = _probe(slot_keys, slot_numbers, n - 1, number * base + last, -1)
                 if number < 0:
                     break
                 found[level_offsets[n - 1] + number] = True
@@ -146,7 +134,7 @@ def _count(output: np.ndarray, pools: np.ndarray, bounds: np.ndarray, max_n: int
     for n in range(2, max_n + 1):
         distinct = 0
         for i in range(max(0, size - n + 1)):
-            number = _number(slot_keys, slot_numbers, n - 1, numbers[n - 2, i] * base + numbers[0, i + n - 1], distinct)
+            number = _probe(slot_keys, slot_numbers, n - 1, numbers[n - 2, i] * base + numbers[0, i + n - 1], distinct)
             if number == distinct:
                 distinct += 1
             numbers[n - 1, i] = number
