@@ -80,7 +80,8 @@ class _DraftBar:
               help="Write the report as one self-contained HTML page with plots to FILE (docs/html-report.md).")
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Processes that tokenize and measure (the report is the same; only the speed changes).")
+              help="Processes that tokenize and measure, threads for the ngram replay (the report is the same; "
+                   "only the speed changes).")
 def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokenizer: str | None, model: str | None,
                     gpu: str | None, tp: int, max_num_seqs: int | None, request_rate: float | None,
                     block_size: int, hash_block_size: int, speculative_config: dict | None, drafts: tuple[str, ...],
