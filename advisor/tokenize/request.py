@@ -157,6 +157,7 @@ class RequestTokenizer:
     def tokenize(self, requests: Sequence[Request]) -> list[TokenizedRequest]:
         """Token ids for one batch of requests; all cache misses of the batch are encoded in one call."""
         plans: list[tuple[list | None, list | None]] = []
+        self._pending = {}  # (a batch that failed may have left some)
         for request in requests:
             try:
                 output = ([self._logged(request.output_token_ids)] if request.output_token_ids is not None
