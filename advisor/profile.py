@@ -74,7 +74,8 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None,
     """Reads, tokenizes and measures the logs; returns the report (and recommendation unless disabled).
 
     Glob patterns among the paths (local, or fsspec URLs) become the files they match, sorted.
-    `workers` processes tokenize and measure (the same report as one: it only changes the speed).
+    `workers` processes tokenize and measure, and as many threads run the ngram replay (the same report as
+    one: it only changes the speed).
     `ray_address` (advisor.shards: LOCAL or a cluster's address) collects the files as parallel shards on
     Ray instead, merged into the same report. `draft_progress(tokens_done, tokens_total)` follows the draft
     models' forward passes.
@@ -111,7 +112,7 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None,
     if tokenizer_info is None and "tokenizer" in tokenizer_state:  # loaded here: by the workers' pool, or a draft
         tokenizer_info = tokenizer_state["tokenizer"].info
 
-    report = replace(_assemble(options, ingest_stats, collected, tokenizer_info), verify_history=history)
+    report = replace(_assemble(options, ingest_stats, collected, tokenizer_info, workers), verify_history=history)
     if runners and collected.replay_inputs:
         report = _with_draft_replays(report, runners, collected, options, draft_progress)
     features = _features(collected)
@@ -144,7 +145,8 @@ def _arrival_order(timestamps: np.ndarray) -> np.ndarray:
     return np.argsort(keys, kind="stable")
 
 
-def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Collected, tokenizer_info: Any | None) -> Report:
+def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Collected, tokenizer_info: Any | None,
+              workers: int = 1) -> Report:
     timestamps = np.array(c.timestamps, dtype=np.float64)
     input_lens = np.array(c.input_lens, dtype=np.float64)
     output_lens = np.array(c.output_lens, dtype=np.float64)
@@ -180,7 +182,7 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
         disabled.append(Disabled("n-gram overlap and speculative replay", "no completion text in the log"))
     sampling_section = section(Sampling, sampling.summary_from_counts(c.sampling.counts).to_dict())
     try:
-        replays, sweep = _replays(c, order, options)
+        replays, sweep = _replays(c, order, options, workers)
         apc_section = apc_job.result() if apc_job else None
     finally:
         worker.shutdown(cancel_futures=True)
@@ -366,7 +368,9 @@ def _apc(c: stream.Collected, order: np.ndarray, options: ProfileOptions, timest
     return section(Apc, data, "apc")
 
 
-def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions) -> tuple[tuple[Replay, ...], tuple[Replay, ...]]:
+def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions,
+             threads: int = 1) -> tuple[tuple[Replay, ...], tuple[Replay, ...]]:
+    """The headline replays and the sweep; the ngram pass on `threads` threads (--workers: the same counts)."""
     if not c.replay_inputs or not options.replay:
         return (), ()
     from advisor.measure import specreplay
@@ -384,13 +388,14 @@ def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions) ->
     if options.sweep and options.speculative_config is None:
         suffix_ks = sorted({*specreplay.SWEEP_KS, *(c["num_speculative_tokens"] for c in headline if c["method"] == "suffix")})
         swept = specreplay.sweep(
-            inputs, max_requests=options.max_replay_requests, seed=options.seed, suffix_ks=suffix_ks
+            inputs, max_requests=options.max_replay_requests, seed=options.seed, suffix_ks=suffix_ks, threads=threads,
         ).replays
         replays = [next(r for r in swept if r.config == config) for config in headline]
         sweep = [r for r in swept if r.method != "suffix" or r.config["num_speculative_tokens"] in specreplay.SWEEP_KS]
     else:
         replays = [
-            specreplay.replay_config(config, inputs, max_requests=options.max_replay_requests, seed=options.seed)
+            specreplay.replay_config(config, inputs, max_requests=options.max_replay_requests, seed=options.seed,
+                                     threads=threads)
             for config in headline
         ]
         sweep = []

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from advisor.measure import overlap, prefix, state
-from advisor.record import Request
+from advisor.record import Request, pickled_by_fields
 
 BATCH_REQUESTS = 256
 OVERLAP_MAX_N = 5
@@ -50,6 +50,7 @@ class StreamOptions:
     seed: int
 
 
+@pickled_by_fields
 @dataclass(slots=True)
 class Measured:
     """The heavy results of one request (None where the log lacks what they need)."""
@@ -266,9 +267,16 @@ def collect(requests: Iterable[Request], options: StreamOptions, tokenizer_state
     return out
 
 
-def _worker_main(inbox: Any, outbox: Any, options: StreamOptions, context_budget: int) -> None:
-    """A worker: measures the shards it is sent, in order, until it receives None."""
+def _worker_main(inbox: Any, outbox: Any, options: StreamOptions, context_budget: int, tokenizer: Any) -> None:
+    """A worker: measures the shards it is sent, in order, until it receives None.
+
+    `tokenizer`: the main process's, inherited through fork (None: the worker loads its own when needed).
+    """
     tokenizer_state: dict[str, Any] = {}
+    if tokenizer is not None:
+        from advisor.tokenize import RequestTokenizer
+
+        tokenizer_state.update(tokenizer=tokenizer, request_tokenizer=RequestTokenizer(tokenizer))
     context = state.ContextOutputs(context_budget)
     while True:
         shard = inbox.get()
@@ -285,16 +293,25 @@ class _WorkerPool:
     """N processes, each owning the conversations whose key hashes to it (so their context stays whole)."""
 
     def __init__(self, workers: int, options: StreamOptions, tokenizer_state: dict[str, Any]):
+        self.workers = workers
         self.options = options
         self.tokenizer_state = tokenizer_state
-        context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+        self.inboxes: list[Any] = []
+        self.outboxes: list[Any] = []
+        self.processes: list[Any] = []
+
+    def _start(self) -> None:
+        """Starts the workers (at the first batch, so that a fork inherits the tokenizer loaded for it)."""
+        fork = "fork" in multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("fork" if fork else "spawn")
+        tokenizer = self.tokenizer_state.get("tokenizer") if fork else None
         # Queues, not bare pipes: their feeder threads buffer, so sending ahead never blocks on a worker
         # that is itself blocked sending a result.
-        self.inboxes = [context.Queue() for _ in range(workers)]
-        self.outboxes = [context.Queue() for _ in range(workers)]
+        self.inboxes = [context.Queue() for _ in range(self.workers)]
+        self.outboxes = [context.Queue() for _ in range(self.workers)]
         self.processes = [
-            context.Process(target=_worker_main, args=(inbox, outbox, options, CONTEXT_TOKEN_BUDGET // workers),
-                            daemon=True)
+            context.Process(target=_worker_main, daemon=True, args=(
+                inbox, outbox, self.options, CONTEXT_TOKEN_BUDGET // self.workers, tokenizer))
             for inbox, outbox in zip(self.inboxes, self.outboxes)
         ]
         for process in self.processes:
@@ -314,7 +331,7 @@ class _WorkerPool:
 
     def _route(self, batch: list[Request], first_row: int) -> list[list[int]]:
         """Indices of the batch's requests per worker, by a stable hash of the conversation key."""
-        shards: list[list[int]] = [[] for _ in self.inboxes]
+        shards: list[list[int]] = [[] for _ in range(self.workers)]
         for index, request in enumerate(batch):
             key = conversation_key(request, first_row + index)
             shards[zlib.crc32(key.encode("utf-8", "surrogatepass")) % len(shards)].append(index)
@@ -324,7 +341,7 @@ class _WorkerPool:
         """(batch, its results) in order; up to IN_FLIGHT_PER_WORKER batches ahead are being measured."""
         pending: list[tuple[list[Request], list[list[int]]]] = []
         next_row = 0
-        limit = IN_FLIGHT_PER_WORKER * len(self.inboxes)
+        limit = IN_FLIGHT_PER_WORKER * self.workers
         exhausted = False
         while True:
             while not exhausted and len(pending) < limit:
@@ -336,6 +353,8 @@ class _WorkerPool:
                     r.needs_tokenizer or (self.options.tokenizer is not None and _has_ids(r)) for r in batch
                 ):
                     load_request_tokenizer(self.options, self.tokenizer_state)  # the report names it
+                if not self.processes:
+                    self._start()
                 shards = self._route(batch, next_row)
                 next_row += len(batch)
                 for inbox, indices in zip(self.inboxes, shards):

@@ -204,3 +204,15 @@ def test_sweep_covers_windows_and_ks():
     assert names == [("ngram", 3, 1), ("ngram", 3, 2), ("ngram", 5, 1), ("ngram", 5, 2), ("suffix", None, 1), ("suffix", None, 2)]
     single = replay_config({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1}, requests)
     assert result.replays[1].to_dict() == single.to_dict()
+
+
+def test_threads_give_the_single_thread_counts():
+    """--workers runs the ngram pass on several threads over runs of requests: the same counters."""
+    rng = np.random.default_rng(1)
+    requests = [(rng.integers(0, 40, rng.integers(0, 300)), rng.integers(0, 40, rng.integers(0, 200)))
+                for _ in range(500)]
+    one_thread = replay_ngram(requests, [(1, 3), (2, 4)], [1, 4], None)
+    for threads in (2, 3, 1000):
+        counters, per_pos = replay_ngram(requests, [(1, 3), (2, 4)], [1, 4], None, threads)
+        assert np.array_equal(counters, one_thread[0]) and np.array_equal(per_pos, one_thread[1])
+    assert replay_ngram(requests[:1], [(1, 3)], [2], None, 4)[0].shape == (1, 1, 1, 9)

@@ -220,3 +220,31 @@ def test_collected_absorb_equals_one_pass(real_file):
     counts = merged.overlap_counts.values.reshape(-1, 3, stream.OVERLAP_MAX_N)
     wholes = whole.overlap_counts.values.reshape(-1, 3, stream.OVERLAP_MAX_N)
     np.testing.assert_array_equal(counts[:, :2], wholes[:, :2])  # ngrams and prompt hits: per request
+
+
+def test_records_sent_to_workers_pickle_by_field_values():
+    """Requests go to the workers and results come back pickled (record.pickled_by_fields): every field survives."""
+    import pickle
+
+    from advisor.record import Message, Request, pickled_by_fields
+
+    request = Request(source="f:1#2", timestamp=3.5, conversation_id="c", turn=2,
+                      messages=(Message("system", "s"), Message("user", "u")), completion="a", prompt_tokens=7,
+                      sampling=SamplingParams(temperature=0.2, top_k=5), latency_s=1.5, finish_reason="stop")
+    assert pickle.loads(pickle.dumps(request)) == request
+    chain = PrefixBlocks(40, 2, np.array([5, 9, 11], dtype=np.uint64))
+    measured = stream.Measured(40.0, 3.0, True, chain, 16, np.arange(15).reshape(3, 5), True,
+                               np.arange(40, dtype=np.int32), np.arange(3, dtype=np.int32))
+    back = pickle.loads(pickle.dumps(measured))
+    assert (back.input_len, back.chain.prompt_tokens, back.chain.prompt_blocks) == (40.0, 40, 2)
+    assert np.array_equal(back.chain.chain, chain.chain) and np.array_equal(back.prompt_ids, measured.prompt_ids)
+    assert np.array_equal(back.overlap_counts, measured.overlap_counts) and back.with_context
+
+    from dataclasses import dataclass, field
+
+    with pytest.raises(TypeError, match="outside __init__"):
+        @pickled_by_fields
+        @dataclass
+        class Derived:
+            value: int
+            twice: int = field(init=False, default=0)

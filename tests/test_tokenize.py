@@ -219,9 +219,9 @@ def test_each_distinct_piece_encoded_once(default_tok, real_file, monkeypatch):
     distinct = {p for r in requests for text in (default_tok.render_chat(r.messages), r.completion)
                 for p in default_tok.split_special(text) if isinstance(p, str)}
     assert set(encoded) == distinct
-    # every earlier turn repeats in later requests: most piece look-ups are hits
+    # every earlier turn repeats in later requests: most look-ups are hits (of whole messages, or pieces)
     assert rt.stats.cache_hits == rt.stats.pieces - len(encoded)
-    assert rt.stats.cache_hits > 3 * len(encoded)
+    assert rt.stats.cache_hits + rt.stats.segment_hits > 3 * len(encoded)
     again = rt.tokenize(requests)
     assert len(calls) == 1, "a second pass is served from the cache"
     assert all(np.array_equal(a.prompt_ids, b.prompt_ids) for a, b in zip(first, again))
@@ -235,6 +235,61 @@ def test_tiny_cache_evicts_and_stays_exact(default_tok, real_file):
     got = [t for i in range(0, len(requests), 16) for t in small.tokenize(requests[i:i + 16])]
     assert small.stats.evictions > 0 and small._cache.bytes <= 64 << 10
     assert all(np.array_equal(a.prompt_ids, b.prompt_ids) for a, b in zip(reference, got))
+
+
+# ---------------------------------------------------------------- per-message segments of the Llama 3.1 template
+
+SEGMENT_EDGE_CASES = (
+    CONVERSATION,
+    CONVERSATION[1:],  # no system message: empty system block
+    (Message("system", "  \u3000padded\x1c\n"), Message("user", "\u2028 a \t")),  # str.strip whitespace
+    (Message("user", "ends in <|eot_id|>"), Message("assistant", "<|start_header_id|>x<|end_header_id|>")),
+    (Message("user", "<|eot_id"), Message("assistant", "|>"), Message("user", "<|begin_of_text|><")),
+    (Message("user", ""), Message("assistant", "   "), Message("system", "a later system turn")),
+    (Message("system", "only a system message"),),
+    (Message("user", "caf\u00e9 \U0001f600"), Message("<|eot_id|>", "a role holding a special token")),
+)
+
+
+@pytest.mark.parametrize("messages", SEGMENT_EDGE_CASES)
+def test_segments_render_the_template_exactly(default_tok, messages):
+    segments = default_tok.segments
+    keys = segments.keys(messages)
+    assert keys is not None
+    assert "".join(segments.render(key) for key in keys) == default_tok.render_chat(messages)
+    request = Request(source="t:1", messages=messages)
+    warm = RequestTokenizer(default_tok)
+    warm.tokenize([Request(source="t:0", messages=messages[:-1])] if len(messages) > 1 else [])
+    whole = default_tok.encode_texts([default_tok.render_chat(messages)], special=True)[0]
+    assert warm.tokenize([request])[0].prompt_ids.tolist() == whole
+
+
+def test_segments_only_where_the_template_is_known_to_render_by_message(default_tok):
+    tool_turn = (Message("user", "run it"), Message("tool", "{}"))
+    assert default_tok.segments.keys(tool_turn) is None  # the tool branch renders JSON: rendered whole
+    assert default_tok.segments.keys(()) is None  # the template fails on it: the full render says why
+    names = default_tok.special_ids
+    source = chat_module.LLAMA31_TEMPLATE_FILE.read_text()
+    variables = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
+    assert chat_module.segmenter(source, variables, names) is not None
+    assert chat_module.segmenter(source + " ", variables, names) is None
+    assert chat_module.segmenter(CHATML, variables, names) is None
+    assert chat_module.segmenter(source, {**variables, "date_string": "1 Jan 2025"}, names) is None
+    assert chat_module.segmenter(source, variables, [*names, "<|a<b|>"]) is None
+
+
+@pytest.mark.real_data
+@pytest.mark.parametrize("name", ["sharegpt_v3_subset.json", "aider_chat_history.md", "swe_agent_marshmallow_1867.traj"])
+def test_segments_give_the_whole_render_ids_on_real_logs(default_tok, real_file, name):
+    from advisor.ingest import read_requests
+
+    requests = [r for r in read_requests([str(real_file(name))]) if r.messages is not None][:1500]
+    rt = RequestTokenizer(default_tok)
+    got = [t for i in range(0, len(requests), 128) for t in rt.tokenize(requests[i:i + 128])]
+    whole = default_tok.encode_texts([default_tok.render_chat(r.messages) for r in requests], special=True)
+    assert all(t.prompt_ids.tolist() == w for t, w in zip(got, whole))
+    if name != "swe_agent_marshmallow_1867.traj":  # its tool messages are rendered whole
+        assert rt.stats.segment_hits > len(requests)
 
 
 # ---------------------------------------------------------------- HF tokenizers built locally

@@ -83,7 +83,8 @@ class _DraftBar:
               help="Write the report as one self-contained HTML page with plots to FILE (docs/html-report.md).")
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Processes that tokenize and measure (the report is the same; only the speed changes).")
+              help="Processes that tokenize and measure, threads for the ngram replay (the report is the same; "
+                   "only the speed changes).")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", metavar="[ADDRESS]",
               help="Collect the files as parallel shards on a Ray cluster (auto, host:port, ray://host:port; "
                    "alone: a local one) into the same report. Needs advise[ray] (docs/ray.md).")

@@ -230,12 +230,15 @@ def replay_ngram(
     windows: Sequence[tuple[int, int]],
     ks: Sequence[int],
     max_model_len: int | None = None,
+    threads: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Replays every (prompt_ids, output_ids) request for every window (min_n, max_n) and every k.
 
     Returns (counters, per_pos): counters[r, w, ki, :] holds request r's DRAFTS, DRAFT_TOKENS, ACCEPTED,
     DECODE_STEPS, OUTPUT_TOKENS, TAIL_AT, TAIL_LEN, LAST_CONTEXT and MAX_SLOTS; per_pos[w, ki, i] = drafts whose first i + 1 tokens were accepted
-    (vLLM's num_accepted_tokens_per_pos). Requests are independent for ngram, so order does not matter.
+    (vLLM's num_accepted_tokens_per_pos). Requests are independent for ngram, so order does not matter:
+    with `threads` > 1 the kernel (which releases the GIL) runs on that many runs of requests of about equal
+    tokens at once, each with its own per_pos, summed after (integers: the same result).
     """
     if not windows or not ks:
         raise ValueError("need at least one window and one k")
@@ -247,16 +250,26 @@ def replay_ngram(
     count = len(requests)
     tokens, offsets, prompt_lens = pack_requests(requests)
     counters = np.zeros((count, len(windows), len(ks), COUNTER_COLUMNS), dtype=np.int64)
-    per_pos = np.zeros((len(windows), len(ks), max(ks)), dtype=np.int64)
-    _replay_batch(
-        tokens,
-        offsets,
-        prompt_lens,
-        np.array([w[0] for w in windows], dtype=np.int64),
-        np.array([w[1] for w in windows], dtype=np.int64),
-        np.asarray(ks, dtype=np.int64),
-        NO_LIMIT if max_model_len is None else int(max_model_len),
-        counters,
-        per_pos,
-    )
-    return counters, per_pos
+    min_ns = np.array([w[0] for w in windows], dtype=np.int64)
+    max_ns = np.array([w[1] for w in windows], dtype=np.int64)
+    ks_array = np.asarray(ks, dtype=np.int64)
+    limit = NO_LIMIT if max_model_len is None else int(max_model_len)
+    # Run r covers requests [cuts[r], cuts[r + 1]), cut where the packed tokens pass r / threads of the total.
+    runs = max(1, min(threads, count))
+    inner = np.searchsorted(offsets[1:], np.arange(1, runs) * (offsets[-1] / runs), side="left")
+    cuts = np.unique(np.concatenate(([0], inner, [count])))
+    per_pos = np.zeros((cuts.size - 1, len(windows), len(ks), max(ks)), dtype=np.int64)
+
+    def replay(run: int) -> None:
+        low, high = cuts[run], cuts[run + 1]
+        _replay_batch(tokens, offsets[low : high + 1], prompt_lens[low:high], min_ns, max_ns, ks_array, limit,
+                      counters[low:high], per_pos[run])
+
+    if cuts.size > 2:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=cuts.size - 1) as pool:
+            list(pool.map(replay, range(cuts.size - 1)))
+    elif cuts.size == 2:
+        replay(0)
+    return counters, per_pos.sum(axis=0)

@@ -4,12 +4,12 @@ This is what prompt-lookup speculation (vLLM's ngram and suffix proposers) feeds
 copies from its context can be drafted from that context. The exact proposer replay lives in
 `advisor.measure.ngram`/`suffix`; this is the cheap, proposer-independent signal per request.
 
-N-grams are compared exactly, without hashing and without sorting the (long) prompt: the output's
-distinct n-grams are numbered level by level (an n-gram's key is the pair (number of its first n-1 tokens,
-number of its last token)). A compiled walk from each prompt or context position numbers its tokens
-through a dense token table, looks the n-gram keys up in the output's sorted keys by binary search, and
-stops at the first n-gram the output does not have. Cost O(P + M log O) for a prompt of P tokens, M matched
-extensions, an output of O.
+N-grams are compared exactly, without sorting the (long) prompt: the output's distinct n-grams are
+numbered level by level in order of first appearance (an n-gram's key is the pair (number of its first n-1
+tokens, number of its last token), an exact integer). A compiled walk from each prompt or context position numbers its tokens through
+a dense token table, looks the n-gram keys up in a per-level open-addressing table of the output's keys
+(exact keys stored, so no collision can miscount), and stops at the first n-gram the output does not have.
+Cost O(P + M + O) for a prompt of P tokens, M matched extensions and an output of O (no sorting).
 """
 from __future__ import annotations
 
@@ -40,19 +40,31 @@ class RequestOverlap:
     in_context: tuple[int, ...] | None
 
 
-@njit(cache=True)
-def _search(keys: np.ndarray, start: int, stop: int, key: int) -> int:
-    """Index of `key` in the ascending slice keys[start:stop], relative to `start`, or -1."""
-    low, high = start, stop
-    while low < high:
-        middle = (low + high) >> 1
-        if keys[middle] < key:
-            low = middle + 1
-        else:
-            high = middle
-    if low < stop and keys[low] == key:
-        return low - start
-    return -1
+_EMPTY = -1
+
+
+@njit(cache=True, inline="always")
+def _slot(key: int, mask: int) -> int:
+    """Start slot of `key` in an open-addressing table of mask + 1 slots (Fibonacci hashing)."""
+    return np.int64((np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
+
+
+@njit(cache=True, inline="always")
+def _probe(keys: np.ndarray, numbers: np.ndarray, level: int, key: int, new_number: int) -> int:
+    """The number of `key` in row `level` of an open-addressing table; a missing key is inserted with
+    `new_number` when that is >= 0, and `new_number` returned (-1: look up only, not found)."""
+    mask = keys.shape[1] - 1
+    slot = _slot(key, mask)
+    while True:
+        stored = keys[level, slot]
+        if stored == key:
+            return numbers[level, slot]
+        if stored == _EMPTY:
+            if new_number >= 0:
+                keys[level, slot] = key
+                numbers[level, slot] = new_number
+            return new_number
+        slot = (slot + 1) & mask
 
 
 @njit(cache=True)
@@ -64,13 +76,13 @@ def _lookup(table: np.ndarray, token: int) -> int:
 
 
 @njit(cache=True)
-def _mark_found(pool: np.ndarray, bounds: np.ndarray, table: np.ndarray, level_keys: np.ndarray,
-                level_offsets: np.ndarray, base: int, max_n: int, found: np.ndarray) -> None:
+def _mark_found(pool: np.ndarray, bounds: np.ndarray, table: np.ndarray, slot_keys: np.ndarray,
+                slot_numbers: np.ndarray, level_offsets: np.ndarray, base: int, max_n: int, found: np.ndarray) -> None:
     """Marks found[level_offsets[n-1] + j] for every output n-gram number j that occurs in a pool segment.
 
     From each pool position, follow n = 1, 2, ... while the n-gram is one of the output's (its (n-1)-prefix
     must be, so the walk stops at the first miss); segments [bounds[s], bounds[s+1]) never join. Single
-    tokens are numbered through `table` (token id -> number), one load per pool position.
+    tokens are numbered through `table` (token id -> number), longer n-grams through their level's table.
     """
     for segment in range(bounds.size - 1):
         end = bounds[segment + 1]
@@ -86,7 +98,7 @@ def _mark_found(pool: np.ndarray, bounds: np.ndarray, table: np.ndarray, level_k
                 last = _lookup(table, pool[position])
                 if last < 0:
                     break
-                number = _search(level_keys, level_offsets[n - 1], level_offsets[n], number * base + last)
+                number = _probe(slot_keys, slot_numbers, n - 1, number * base + last, -1)
                 if number < 0:
                     break
                 found[level_offsets[n - 1] + number] = True
@@ -100,41 +112,48 @@ def _count(output: np.ndarray, pools: np.ndarray, bounds: np.ndarray, max_n: int
     padded with its last value), so a conversation's earlier outputs stay separate segments. `table` is
     scratch (token id -> number, -1 elsewhere, longer than the output's largest id): set for the output's
     vocabulary here and reset before returning, so no call pays for clearing a vocabulary-sized array.
+    The output's distinct n-grams are numbered in order of first appearance, level by level, in one
+    open-addressing table per level with at least twice as many slots as the output has positions.
     """
-    vocabulary = np.unique(output)
-    base = vocabulary.size + 1
-    for number in range(vocabulary.size):
-        table[vocabulary[number]] = number
     size = output.size
-    numbers = np.full((max_n, size), -1, dtype=np.int64)  # numbers[n-1, i]: the n-gram at i, numbered
-    offsets = np.zeros(max_n + 1, dtype=np.int64)
-    keys_by_level = np.empty(size * max_n, dtype=np.int64)
-    numbers[0, :] = np.searchsorted(vocabulary, output)
-    keys_by_level[: vocabulary.size] = vocabulary
-    offsets[1] = vocabulary.size
+    numbers = np.empty((max_n, size), dtype=np.int64)  # numbers[n-1, i]: the n-gram at i, numbered
+    offsets = np.zeros(max_n + 1, dtype=np.int64)  # found[offsets[n-1] + number]: level n's numbers
+    distinct = 0
+    for i in range(size):
+        if table[output[i]] < 0:
+            table[output[i]] = distinct
+            distinct += 1
+        numbers[0, i] = table[output[i]]
+    base = distinct + 1
+    offsets[1] = distinct
+    slots = 2
+    while slots < 2 * size:
+        slots *= 2
+    slot_keys = np.full((max_n, slots), _EMPTY, dtype=np.int64)  # row n-1: level n (row 0 unused)
+    slot_numbers = np.empty((max_n, slots), dtype=np.int64)
     for n in range(2, max_n + 1):
-        width = max(0, size - n + 1)
-        keys = numbers[n - 2, :width] * base + numbers[0, n - 1 : n - 1 + width]
-        distinct = np.unique(keys)
-        keys_by_level[offsets[n - 1] : offsets[n - 1] + distinct.size] = distinct
-        offsets[n] = offsets[n - 1] + distinct.size
-        numbers[n - 1, :width] = np.searchsorted(distinct, keys)
-    level_keys = keys_by_level[: offsets[max_n]]
+        distinct = 0
+        for i in range(max(0, size - n + 1)):
+            number = _probe(slot_keys, slot_numbers, n - 1, numbers[n - 2, i] * base + numbers[0, i + n - 1], distinct)
+            if number == distinct:
+                distinct += 1
+            numbers[n - 1, i] = number
+        offsets[n] = offsets[n - 1] + distinct
     counts = np.zeros((1 + bounds.shape[0], max_n), dtype=np.int64)
     for n in range(1, max_n + 1):
         counts[0, n - 1] = max(0, size - n + 1)
-    found = np.zeros(level_keys.size, dtype=np.bool_)
+    found = np.zeros(offsets[max_n], dtype=np.bool_)
     for p in range(bounds.shape[0]):
         found[:] = False
-        _mark_found(pools, bounds[p], table, level_keys, offsets, base, max_n, found)
+        _mark_found(pools, bounds[p], table, slot_keys, slot_numbers, offsets, base, max_n, found)
         for n in range(1, max_n + 1):
             hits = 0
             for i in range(max(0, size - n + 1)):
                 if found[offsets[n - 1] + numbers[n - 1, i]]:
                     hits += 1
             counts[1 + p, n - 1] = hits
-    for token in vocabulary:
-        table[token] = -1
+    for i in range(size):
+        table[output[i]] = -1
     return counts
 
 
@@ -148,6 +167,12 @@ def _scratch_table(output: np.ndarray) -> np.ndarray:
     if table is None or table.size < needed:
         table = _scratch.table = np.full(max(needed, 1 << 17), -1, dtype=np.int32)
     return table
+
+
+def _token_array(ids: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Token ids as a flat int32 or int64 array, without a copy when they already are one (the tokenizer's)."""
+    array = np.asarray(ids).ravel()
+    return array if array.dtype in (np.int32, np.int64) else array.astype(np.int64)
 
 
 def request_overlap(
@@ -179,11 +204,11 @@ def overlap_counts(
     without a context), for callers that pack counts instead of keeping an object per request."""
     if max_n < 1:
         raise ValueError(f"max_n must be at least 1, got {max_n}")
-    output = np.asarray(output_ids, dtype=np.int64).ravel()
+    output = _token_array(output_ids)
     if output.size and output.min() < 0:
         raise ValueError("token ids must be >= 0")
-    prompt = np.asarray(prompt_ids, dtype=np.int64).ravel()
-    earlier = [np.asarray(pool, dtype=np.int64).ravel() for pool in context or ()]
+    prompt = _token_array(prompt_ids)
+    earlier = [_token_array(pool) for pool in context or ()]
     # Row 0: the prompt as one segment; row 1: the earlier outputs, each its own segment (rows padded).
     context_bounds = prompt.size + np.cumsum([0] + [pool.size for pool in earlier])
     bounds = np.empty((2, max(2, context_bounds.size)), dtype=np.int64)

@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 
 from advisor.measure.stats import json_float
+from advisor.record import pickled_by_fields
 
 # Parent of every first block. vLLM uses a random or PYTHONHASHSEED-derived NONE_HASH; only equality
 # between hashes matters here, so any constant will do.
@@ -68,6 +69,7 @@ def block_hashes(token_ids: np.ndarray, block_size: int) -> np.ndarray:
     return out
 
 
+@pickled_by_fields
 @dataclass(frozen=True, slots=True, eq=False)
 class PrefixBlocks:
     """One request's block chain, in the form the ceiling needs.

@@ -233,8 +233,9 @@ def replay_config(
     max_requests: int | None = DEFAULT_MAX_REQUESTS,
     seed: int = 0,
     suffix_token_budget: int | None = SUFFIX_TOKEN_BUDGET,
+    threads: int = 1,
 ) -> SpecReplay:
-    """Replays exactly this `--speculative-config` over `requests` (in arrival order).
+    """Replays exactly this `--speculative-config` over `requests` (in arrival order; ngram on `threads`).
 
     ngram: at most `max_requests` requests, a seeded uniform sample (requests are independent).
     suffix: requests depend on earlier outputs (the global tree), so a log above `suffix_token_budget`
@@ -250,7 +251,7 @@ def replay_config(
         chosen = sample_indices(len(requests), max_requests, seed)
         window = (config["prompt_lookup_min"], config["prompt_lookup_max"])
         picked = [requests[i] for i in chosen]
-        all_counters, all_per_pos = ngram.replay_ngram(picked, [window], [k], max_model_len)
+        all_counters, all_per_pos = ngram.replay_ngram(picked, [window], [k], max_model_len, threads)
         counters, per_pos = all_counters[:, 0, 0], all_per_pos[0, 0]
         sampling = _uniform_note(len(chosen), len(requests))
     return summarize(config, counters, per_pos[:k], len(requests), seed, sampling)
@@ -266,9 +267,11 @@ def sweep(
     seed: int = 0,
     suffix_token_budget: int | None = SUFFIX_TOKEN_BUDGET,
     suffix_ks: Iterable[int] | None = None,
+    threads: int = 1,
 ) -> ReplaySweep:
-    """ngram for every window x k (one replay pass) and suffix (vLLM defaults) for every k of `suffix_ks`
-    (default: `ks`; one pass, so adding vLLM's default k=24 here costs little more than one k)."""
+    """ngram for every window x k (one replay pass, on `threads` threads) and suffix (vLLM defaults) for
+    every k of `suffix_ks` (default: `ks`; one pass, so adding vLLM's default k=24 here costs little more
+    than one k)."""
     ks = tuple(ks)
     windows = tuple(windows)
     chosen = sample_indices(len(requests), max_requests, seed)
@@ -281,7 +284,7 @@ def sweep(
             chosen_ks = ks if suffix_ks is None else tuple(suffix_ks)
             suffix_job = worker.submit(_suffix_counters, base, chosen_ks, requests, max_model_len,
                                        suffix_token_budget, seed)
-        counters, per_pos = ngram.replay_ngram(picked, windows, ks, max_model_len)
+        counters, per_pos = ngram.replay_ngram(picked, windows, ks, max_model_len, threads)
         for w, (low, high) in enumerate(windows):
             for ki, k in enumerate(ks):
                 config = normalize_config(

@@ -45,6 +45,9 @@ class Tokenizer(ABC):
     split_invariant: bool
     completion_prefix: tuple[int, ...] = ()
     completion_suffix: tuple[int, ...] = ()
+    # Per-message segments of the chat template (advisor.tokenize.chat.Llama31Segments) where the template
+    # is known to render that way; None: every chat prompt is rendered whole.
+    segments = None
 
     @abstractmethod
     def encode_texts(self, texts: Sequence[str], *, special: bool) -> list[list[int]]:

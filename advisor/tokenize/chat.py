@@ -15,9 +15,11 @@ vLLM also decides how message content reaches the template: templates that loop 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Collection, Hashable, Sequence
 from datetime import datetime
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Literal
 
 import jinja2
@@ -29,6 +31,8 @@ from advisor.errors import TokenizerError
 from advisor.record import Message
 
 ContentFormat = Literal["string", "openai"]
+
+LLAMA31_TEMPLATE_FILE = Path(__file__).resolve().parent.parent / "data" / "llama3.1_chat_template.jinja"
 
 
 def _raise_exception(message: str) -> None:
@@ -141,3 +145,71 @@ def render_fallback(messages: Sequence[Message]) -> str:
     parts = [f"{m.role}: {m.content}\n\n" for m in messages]
     parts.append("assistant: ")
     return "".join(parts)
+
+
+# Special-token names of the form <|name|> with no '<', '|' or '>' inside: no such name can start inside text
+# and end inside a following special token, nor start inside one, so cutting a text right before a special
+# token does not change where `Tokenizer.split_special` cuts it.
+_PLAIN_SPECIAL_NAME = re.compile(r"<\|[^<>|]*\|>")
+_LLAMA31_HEADER = ("<|start_header_id|>system<|end_header_id|>\n\n"
+                   "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n")
+_LLAMA31_GENERATION = "<|start_header_id|>assistant<|end_header_id|>\n\n"
+_LLAMA31_TOOL_ROLES = ("ipython", "tool")  # rendered as JSON by the template's tool branch: not segmented
+GENERATION_SEGMENT = ("generation",)
+
+
+class Llama31Segments:
+    """The Llama 3.1 Instruct template's output cut into per-message segments, so that a conversation's
+    earlier turns are rendered (and tokenized) once, not once per later request.
+
+    Read from the template (advisor/data/llama3.1_chat_template.jinja) for what `render` passes it (tools and
+    documents None, add_generation_prompt True, only bos_token and eos_token as variables): the output is
+    `bos_token + HEADER + system + "<|eot_id|>"` (system: the first message's content, trimmed, when its role
+    is system, else empty), then per remaining message `"<|start_header_id|>" + role + "<|end_header_id|>\n\n"
+    + content|trim + "<|eot_id|>"`, then the generation prompt. Every segment starts with a special token and
+    all but the last end with one, so (with plain special-token names) splitting the segments one by one
+    gives exactly the pieces of the whole text. Conversations with an ipython/tool message get None: the
+    caller renders them whole. tests/test_tokenize.py compares both ways on the real logs.
+    """
+
+    def __init__(self, bos_token: str):
+        self.bos_token = bos_token
+
+    def keys(self, messages: Sequence[Message]) -> list[Hashable] | None:
+        """The segment keys of `messages` (equal keys render equal text), or None: render in whole."""
+        if not messages or any(m.role in _LLAMA31_TOOL_ROLES for m in messages):
+            return None
+        has_system = messages[0].role == "system"
+        header = ("header", messages[0].content if has_system else None)
+        return [header, *messages[1 if has_system else 0:], GENERATION_SEGMENT]
+
+    def render(self, key: Hashable) -> str:
+        """The text of one segment (jinja's `trim` filter is str.strip)."""
+        if key == GENERATION_SEGMENT:
+            return _LLAMA31_GENERATION
+        if isinstance(key, Message):
+            return f"<|start_header_id|>{key.role}<|end_header_id|>\n\n{key.content.strip()}<|eot_id|>"
+        _, system = key  # type: ignore[misc]
+        return f"{self.bos_token}{_LLAMA31_HEADER}{system.strip() if system is not None else ''}<|eot_id|>"
+
+
+def segmenter(source: str | None, variables: dict[str, str], special_names: Collection[str]) -> Llama31Segments | None:
+    """Per-message segments for a template known to render that way, else None (render every prompt whole).
+
+    Only the bundled Llama 3.1 Instruct template, byte for byte, with no template variable beyond bos_token
+    and eos_token (date_string, custom_tools, builtin_tools would change the header), a bos_token that is a
+    special token or empty, and plain special-token names (see _PLAIN_SPECIAL_NAME).
+    """
+    if source is None or set(variables) - {"bos_token", "eos_token"}:
+        return None
+    bos = variables.get("bos_token", "")
+    if source != _llama31_source() or (bos and bos not in special_names):
+        return None
+    if not all(_PLAIN_SPECIAL_NAME.fullmatch(name) for name in special_names):
+        return None
+    return Llama31Segments(bos)
+
+
+@lru_cache(maxsize=1)
+def _llama31_source() -> str:
+    return LLAMA31_TEMPLATE_FILE.read_text(encoding="utf-8")

@@ -6,6 +6,10 @@ looked up in an LRU cache (text -> ids, bounded by bytes) and the misses of a wh
 batched call. Special tokens are atomic in tiktoken and HF tokenizers, so the concatenation is exactly the
 ids of the whole text (docs/tokenizers.md; tests/test_tokenize.py checks it on real ShareGPT chats).
 Tokenizers that are not split-invariant (SentencePiece prefix space) are cached by whole text instead.
+Where the chat template is known to render message by message (`Tokenizer.segments`: the Llama 3.1 template),
+a second LRU maps each message (and the system header) to its ids, so a conversation's history is rendered,
+cut and looked up once, not once per later turn; the ids are the same (segments start and end at special
+tokens, so their pieces are the whole prompt's pieces).
 
 What vLLM does (cited from its source):
 - chat: `apply_chat_template(..., tokenize=False, add_generation_prompt=True)` then `encode(text,
@@ -22,17 +26,18 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from advisor.errors import TokenizerError
-from advisor.record import Request
+from advisor.record import Message, Request
 from advisor.tokenize.base import Tokenizer
 
 _ENTRY_OVERHEAD = 200  # bytes per cache entry beyond the str and the ids' data (dict slot, ndarray object)
 DEFAULT_CACHE_BYTES = 96 << 20  # holds the live conversations of a log; the profile's memory bound counts it
+SEGMENT_CACHE_SHARE = 2 / 3  # of the cache bytes, for message segments when the template has them
 
 
 @dataclass(slots=True)
@@ -64,45 +69,60 @@ class TokenizeStats:
     encoded_chars: int = 0
     tokens: int = 0  # prompt + output tokens produced
     evictions: int = 0
+    segment_hits: int = 0  # chat messages (and system headers) served whole from the segment cache
 
 
-def _entry_bytes(text: str, ids: np.ndarray) -> int:
-    """Memory of one cache entry: the str as Python stores it (1 to 4 bytes a character), the ids, overhead."""
-    return sys.getsizeof(text) + ids.nbytes + _ENTRY_OVERHEAD
+def _key_bytes(key: Hashable) -> int:
+    """Memory of a cache key: its strings as Python stores them (1 to 4 bytes a character)."""
+    if isinstance(key, str):
+        return sys.getsizeof(key)
+    if isinstance(key, Message):
+        return sys.getsizeof(key.role) + sys.getsizeof(key.content)
+    return sum(sys.getsizeof(part) for part in key if isinstance(part, str))  # type: ignore[union-attr]
 
 
 class _PieceCache:
-    """LRU map text -> int32 ids, bounded by an estimate of its memory in bytes."""
+    """LRU map key (a text piece, or a chat segment's key) -> int32 ids, bounded by an estimate of its memory."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._entries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._entries: OrderedDict[Hashable, tuple[np.ndarray, int]] = OrderedDict()
 
-    def get(self, text: str) -> np.ndarray | None:
-        ids = self._entries.get(text)
-        if ids is not None:
-            self._entries.move_to_end(text)
-        return ids
+    def get(self, key: Hashable) -> np.ndarray | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        self._entries.move_to_end(key)
+        return entry[0]
 
-    def put(self, text: str, ids: np.ndarray) -> int:
+    def put(self, key: Hashable, ids: np.ndarray) -> int:
         """Insert; returns how many entries were evicted to stay within the budget."""
-        if text in self._entries:
+        if key in self._entries:
             return 0
-        size = _entry_bytes(text, ids)
+        size = _key_bytes(key) + ids.nbytes + _ENTRY_OVERHEAD
         if size > self.max_bytes:
             return 0
-        self._entries[text] = ids
+        self._entries[key] = (ids, size)
         self.bytes += size
         evicted = 0
         while self.bytes > self.max_bytes:
-            old_text, old_ids = self._entries.popitem(last=False)
-            self.bytes -= _entry_bytes(old_text, old_ids)
+            _, (_, old_size) = self._entries.popitem(last=False)
+            self.bytes -= old_size
             evicted += 1
         return evicted
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+@dataclass(slots=True, eq=False)
+class _Segment:
+    """A chat segment missing from the segment cache: its pieces, and its ids once the batch is encoded."""
+
+    key: Hashable
+    pieces: list
+    ids: np.ndarray | None = field(default=None)
 
 
 def _ids(ids: tuple[int, ...] | None) -> np.ndarray | None:
@@ -120,7 +140,11 @@ class RequestTokenizer:
     def __init__(self, tokenizer: Tokenizer, cache_bytes: int = DEFAULT_CACHE_BYTES):
         self.tokenizer = tokenizer
         self.stats = TokenizeStats()
-        self._cache = _PieceCache(cache_bytes)
+        self._segmenter = tokenizer.segments if tokenizer.split_invariant else None
+        segment_bytes = int(cache_bytes * SEGMENT_CACHE_SHARE) if self._segmenter is not None else 0
+        self._cache = _PieceCache(cache_bytes - segment_bytes)
+        self._segments = _PieceCache(segment_bytes)
+        self._pending: dict[Hashable, _Segment] = {}  # this batch's segment misses, each rendered once
         self._special: dict[int, np.ndarray] = {}  # special id -> 1-element array, reused
         self._prefix = np.asarray(tokenizer.completion_prefix, dtype=np.int32)
         self._suffix = np.asarray(tokenizer.completion_suffix, dtype=np.int32)
@@ -128,10 +152,12 @@ class RequestTokenizer:
     def clear_cache(self) -> None:
         """Drops the piece cache (its memory goes back): for when no more requests will come."""
         self._cache = _PieceCache(self._cache.max_bytes)
+        self._segments = _PieceCache(self._segments.max_bytes)
 
     def tokenize(self, requests: Sequence[Request]) -> list[TokenizedRequest]:
         """Token ids for one batch of requests; all cache misses of the batch are encoded in one call."""
         plans: list[tuple[list | None, list | None]] = []
+        self._pending = {}  # (a batch that failed may have left some)
         for request in requests:
             try:
                 output = ([self._logged(request.output_token_ids)] if request.output_token_ids is not None
@@ -140,6 +166,7 @@ class RequestTokenizer:
             except TokenizerError as exc:
                 raise TokenizerError(f"{request.source}: {exc}") from exc
         found = self._encode_misses(plans)
+        self._pending = {}
         return [
             TokenizedRequest(request, self._assemble(prompt, found), self._assemble(output, found))
             for request, (prompt, output) in zip(requests, plans)
@@ -161,10 +188,24 @@ class RequestTokenizer:
         if request.prompt_token_ids is not None:
             return [self._logged(request.prompt_token_ids)]
         if request.messages is not None:
-            return self._split(self.tokenizer.render_chat(request.messages))
+            keys = self._segmenter.keys(request.messages) if self._segmenter is not None else None
+            if keys is None:
+                return self._split(self.tokenizer.render_chat(request.messages))
+            return [self._segment(key) for key in keys]
         if request.prompt is not None:
             return [self._prefix, *self._split(request.prompt), self._suffix]
         return None
+
+    def _segment(self, key: Hashable) -> np.ndarray | _Segment:
+        """A chat segment's ids from the segment cache, else its pieces (rendered once per batch)."""
+        ids = self._segments.get(key)
+        if ids is not None:
+            self.stats.segment_hits += 1
+            return ids
+        pending = self._pending.get(key)
+        if pending is None:
+            pending = self._pending[key] = _Segment(key, self._split(self._segmenter.render(key)))
+        return pending
 
     def _split(self, text: str | None) -> list | None:
         """Pieces of `text`: str (to look up / encode) or int32 arrays (special tokens, affixes)."""
@@ -195,7 +236,7 @@ class RequestTokenizer:
             for pieces in prompt_and_output:
                 if pieces is None:
                     continue
-                for piece in pieces:
+                for piece in _flat(pieces):
                     if not isinstance(piece, str):
                         continue
                     stats.pieces += 1
@@ -225,7 +266,25 @@ class RequestTokenizer:
     def _assemble(self, plan: list | None, found: dict[str, np.ndarray]) -> np.ndarray | None:
         if plan is None:
             return None
-        arrays = [found[part] if isinstance(part, str) else part for part in plan]
+        arrays = [self._segment_ids(part, found) if isinstance(part, _Segment) else
+                  found[part] if isinstance(part, str) else part for part in plan]
         ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32)
         self.stats.tokens += len(ids)
         return ids
+
+    def _segment_ids(self, segment: _Segment, found: dict[str, np.ndarray]) -> np.ndarray:
+        """A missed segment's ids from its pieces, stored in the segment cache (once per batch)."""
+        if segment.ids is None:
+            arrays = [found[part] if isinstance(part, str) else part for part in segment.pieces]
+            segment.ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32)
+            self.stats.evictions += self._segments.put(segment.key, segment.ids)
+        return segment.ids
+
+
+def _flat(plan: list) -> Iterator:
+    """The pieces of a plan, those of its missed chat segments included."""
+    for part in plan:
+        if isinstance(part, _Segment):
+            yield from part.pieces
+        else:
+            yield part

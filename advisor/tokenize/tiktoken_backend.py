@@ -37,7 +37,7 @@ DEFAULT_WARNING = (
     "default tokenizer (Llama 3.1 Instruct, offline): token counts are exact for Llama 3.x models and "
     "approximate for other families; pass --tokenizer or --model to count with the served model's tokenizer"
 )
-_TEMPLATE_FILE = Path(__file__).resolve().parent.parent / "data" / "llama3.1_chat_template.jinja"
+_TEMPLATE_FILE = chat.LLAMA31_TEMPLATE_FILE
 
 
 def llama3_special_tokens() -> dict[str, int]:
@@ -110,6 +110,7 @@ class TiktokenTokenizer(Tokenizer):
         self.special_ids = {name: encoding.encode_single_token(name) for name in encoding.special_tokens_set}
         self._template_source = template
         self._template_variables = template_variables
+        self.segments = chat.segmenter(template, template_variables, self.special_ids)
 
     # tiktoken's own *_batch methods spread texts over a Python thread pool; on ShareGPT text that measured
     # 20-30% slower than a plain loop on a 2-core machine (docs/tokenizers.md), so the batch is a loop here.
