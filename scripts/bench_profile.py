@@ -16,6 +16,7 @@ machine, so a load change between them moves it.
 
     python scripts/bench_profile.py ../shared/data/sharegpt_v3_subset.json
     python scripts/bench_profile.py /tmp/big.jsonl --workers 2      # scripts/make_big_log.py makes it
+    python scripts/bench_profile.py ../shared/data/sharegpt_v3_subset.json --workers 2,4,8 --runs default
 """
 from __future__ import annotations
 
@@ -112,13 +113,16 @@ def main() -> None:
     parser.add_argument("logs", nargs="+")
     parser.add_argument("--tokenizer", default=None, help="as advise --tokenizer (default: the built-in default)")
     parser.add_argument("--runs", default=",".join(RUNS), help=f"which advise runs, of {', '.join(RUNS)}")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="also run the default profile on this many worker processes (advise --workers)")
+    parser.add_argument("--workers", default=None,
+                        help="also run the default profile on these many worker processes, e.g. 2 or 2,4,8 "
+                             "(advise --workers); prints the speed-up of each against one process")
     args = parser.parse_args()
     runs = {name: RUNS[name] for name in args.runs.split(",")}
-    if args.workers:
-        runs = {name: [*extra, "--workers", "1"] for name, extra in runs.items()}
-        runs[f"default, {args.workers} workers"] = ["--workers", str(args.workers)]
+    worker_counts = [int(n) for n in args.workers.split(",")] if args.workers else []
+    if worker_counts:
+        runs = {name: [*extra, "--workers", "1"] for name, extra in {"default": [], **runs}.items()}
+        for count in worker_counts:
+            runs[f"default, {count} workers"] = ["--workers", str(count)]
 
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores")
     floor = tokenization_floor(args.logs, args.tokenizer)
@@ -137,9 +141,9 @@ def main() -> None:
         timings[name] = seconds
         print(f"advise {name}: {seconds:.2f} s, ratio floor / advise {floor_s / seconds:.3f},"
               f" peak RSS {peak_mib:,.0f} MiB, CPU {cpu_s:.1f} s (CPU ratio {floor_cpu_s / cpu_s:.3f})")
-    if args.workers:
-        one, many = timings["default"], timings[f"default, {args.workers} workers"]
-        print(f"speed-up with {args.workers} workers: {one / many:.2f}x")
+    for count in worker_counts:
+        one, many = timings["default"], timings[f"default, {count} workers"]
+        print(f"speed-up with {count} workers: {one / many:.2f}x")
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
 
 
