@@ -16,9 +16,12 @@ from pathlib import Path
 
 import orjson
 import pytest
+from click.testing import CliRunner
 
 import fuzzing
+from advisor.cli import cli
 from advisor.errors import EXIT_BAD_LINES, EXIT_INPUT, EXIT_OK, EXIT_USAGE
+from advisor.ingest import detect_format
 
 GOOD = {"timestamp": "2025-03-04T09:00:00Z", "messages": [{"role": "user", "content": "Write the parser now"}],
         "response": {"choices": [{"message": {"role": "assistant", "content": "Here is the parser you asked for"}}]},
@@ -256,6 +259,73 @@ def test_long_first_line_is_detected(tmp_path):
 def test_strict_still_stops_at_the_first_bad_record(tmp_path):
     outcome, _ = _case(tmp_path, "log.jsonl", _lines(GOOD, {**GOOD, "messages": []}), "--strict", strict=True)
     assert outcome.code == EXIT_BAD_LINES and "log.jsonl:2: empty conversation" in outcome.stderr
+
+
+# --- format detection ---------------------------------------------------------------------------------------
+# Before, the first JSON object decided a file's format alone: a first line of another system or a damaged one
+# sent the whole file to the wrong reader (every record skipped) or to "cannot tell the log format".
+
+MOONCAKE_LINE = {"timestamp": 5, "input_length": 1000, "output_length": 3, "hash_ids": [1, 2]}
+SPAN = _span([OPERATION, MESSAGES])
+
+
+@pytest.mark.parametrize("first, records, fmt", [
+    (MOONCAKE_LINE, [GOOD] * 4, "openai"),  # a mixed file: one trace line before the OpenAI log
+    (MOONCAKE_LINE, [SPAN] * 3, "otel"),
+    ({"output_tokens": 12}, [{"prompt": "Summarise this short text now", "output_tokens": 10}] * 3, "bench-custom"),
+    ([1, 2], [GOOD] * 3, "openai"),  # a JSON array line first is not a ShareGPT document
+    ({"conversations": 5}, [{"id": "a", "conversations": [{"from": "human", "value": "Tell me a long story now"},
+                                                           {"from": "gpt", "value": "Once upon a time there"}]}] * 3,
+     "sharegpt"),
+])
+def test_one_odd_first_line_does_not_decide_the_format(tmp_path, first, records, fmt):
+    assert detect_format(str(_write(tmp_path / "log.jsonl", _lines(first, *records)))) == fmt
+    _, report = _case(tmp_path, "log.jsonl", _lines(first, *records), "--no-replay")
+    assert report["inputs"][0]["format"] == fmt
+    assert report["ingest"]["records_used"] == len(records) and report["ingest"]["records_skipped"] == 1
+
+
+def test_batch_output_file_with_a_damaged_first_line_is_still_the_output_file(tmp_path):
+    requests = (fuzzing.FIXTURES / "vllm_batch_requests.jsonl").read_bytes()
+    outputs = (fuzzing.FIXTURES / "vllm_batch_outputs.jsonl").read_bytes().splitlines()
+    first = orjson.loads(outputs[0])
+    del first["custom_id"]
+    (tmp_path / "requests.jsonl").write_bytes(requests)
+    (tmp_path / "outputs.jsonl").write_bytes(b"\n".join([orjson.dumps(first), *outputs[1:]]) + b"\n")
+    result = CliRunner().invoke(cli, [str(tmp_path / "requests.jsonl"), str(tmp_path / "outputs.jsonl"), "--json",
+                                      "--no-replay", "--no-recommend"])
+    assert result.exit_code == EXIT_OK, result.stderr
+    ingest = orjson.loads(result.stdout)["ingest"]
+    assert ingest["unfinished"] == 1 and ingest["records_read"] == ingest["records_used"] + ingest["records_skipped"]
+
+
+def test_prompt_quoting_an_aider_transcript_is_not_an_aider_log(tmp_path):
+    quoting = {**GOOD, "messages": [{"role": "user", "content": "Summarise this:\n# aider chat started at 2024-08-05 "
+                                                                "19:33:02\n#### fix it now"}]}
+    _, report = _case(tmp_path, "log.jsonl", _lines(quoting, GOOD), "--no-replay")
+    assert report["inputs"][0]["format"] == "openai" and report["ingest"]["records_used"] == 2
+
+
+def test_trajectory_longer_than_the_sniff_window_under_another_name(tmp_path):
+    document = fuzzing._swe_agent_seed()
+    trajectory = [{"action": "cat a.py", "observation": "line of the file here\n" * 4000}]
+    text = json.dumps({"trajectory": trajectory, "history": document["history"], "info": {}}, indent=2)
+    _, report = _case(tmp_path, "run.json", text.encode(), "--no-replay")
+    assert report["inputs"][0]["format"] == "swe-agent" and report["ingest"]["records_used"] == 5
+
+
+@pytest.mark.real_data
+def test_real_trajectory_under_another_name_and_a_real_trace_after_a_foreign_line(tmp_path, real_file):
+    trajectory = real_file("swe_agent_marshmallow_1867.traj").read_bytes()
+    assert detect_format(str(_write(tmp_path / "run.json", trajectory))) == "swe-agent"
+    trace = real_file("mooncake_conversation_trace.jsonl").read_bytes().splitlines(keepends=True)[:50]
+    mixed = _write(tmp_path / "trace.jsonl", _lines(GOOD) + b"".join(trace))
+    assert detect_format(str(mixed)) == "mooncake"
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
 
 
 # --- options -------------------------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ from advisor.errors import BadRecordError, InputError
 # keeps memory bounded on garbage input; 64 MiB comfortably holds any real logged request.
 MAX_LINE_BYTES = 64 * 2**20
 SNIFF_BYTES = 1 << 16
+# Records of the sniffed head that vote on a JSON Lines file's format.
+SNIFF_RECORDS = 64
 HEAD_CHUNK = 1 << 12
 # What a broken compressed stream raises while it is read (gzip's own errors, zlib's, a cut stream's EOF).
 STREAM_ERRORS = (OSError, EOFError, zlib.error)
@@ -255,6 +257,26 @@ class Source:
             except STREAM_ERRORS as exc:
                 raise InputError(f"{self.name}: cannot be read: {_stream_error(exc)}; a whole-document "
                                  f"format needs the whole file") from None
+
+
+def head_records(head: bytes, limit: int = SNIFF_RECORDS) -> list[dict[str, Any]]:
+    """The JSON objects among the first complete lines of a sniffed `head` (other lines are passed over)."""
+    lines = head.split(b"\n")
+    if len(head) >= SNIFF_BYTES and not head.endswith(b"\n"):
+        lines = lines[:-1]  # the last piece may be cut by the sniff limit
+    records = []
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+            if len(records) == limit:
+                break
+    return records
 
 
 def _stream_error(exc: BaseException) -> str:
