@@ -576,6 +576,8 @@ def check(case: Case, outcome: Outcome, workdir: Path) -> list[str]:
         if outcome.report != outcome.stdout.encode():
             broken.append("-o report differs from --json stdout")
         ingest = report["ingest"]
+        if not {"records_read", "records_used", "records_skipped"} <= ingest.keys():
+            return broken + ["the report's ingest section has no record accounting (read, used, skipped)"]
         read, used, skipped = ingest["records_read"], ingest["records_used"], ingest["records_skipped"]
         if read != used + skipped:
             broken.append(f"records read {read} != used {used} + skipped {skipped}")

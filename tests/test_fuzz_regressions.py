@@ -21,7 +21,7 @@ from click.testing import CliRunner
 import fuzzing
 from advisor.cli import cli
 from advisor.errors import EXIT_BAD_LINES, EXIT_INPUT, EXIT_OK, EXIT_USAGE
-from advisor.ingest import detect_format
+from advisor.ingest import IngestStats, detect_format, read_requests
 
 GOOD = {"timestamp": "2025-03-04T09:00:00Z", "messages": [{"role": "user", "content": "Write the parser now"}],
         "response": {"choices": [{"message": {"role": "assistant", "content": "Here is the parser you asked for"}}]},
@@ -99,6 +99,16 @@ def test_identical_timestamps_and_one_second_of_traffic(tmp_path):
     assert report["ingest"]["records_used"] == 4
     second = [{**GOOD, "timestamp": f"2025-03-04T09:00:00.{i}Z", "latency": 0.2} for i in range(10)]
     _case(tmp_path, "log.jsonl", _lines(*second))
+
+
+@pytest.mark.parametrize("record, was", [
+    ({"timestamp": 5, "input_length": 1000, "output_length": 2**64, "hash_ids": [1]}, "numpy RuntimeWarning in a cast"),
+    ({"timestamp": 5, "input_length": 10**20, "output_length": 3}, "TypeError in report.dumps"),
+])
+def test_counts_beyond_64_bits_are_skipped(tmp_path, record, was):
+    good = {"timestamp": 1, "input_length": 1000, "output_length": 3, "hash_ids": [1, 2]}
+    _, report = _case(tmp_path, "trace.jsonl", _lines(good, record), "--tp", "2")
+    assert _skipped(report)[0].startswith("out of range"), was
 
 
 # --- Mooncake / timed_trace hash ids -----------------------------------------------------------------------
@@ -181,6 +191,24 @@ def test_malformed_openai_records_are_skipped(tmp_path, change, reason):
     bad = {key: value for key, value in {**GOOD, **change}.items() if value is not None}
     _, report = _case(tmp_path, "log.jsonl", _lines(GOOD, bad), "--no-replay")
     assert _skipped(report)[0].startswith(reason)
+
+
+@pytest.mark.parametrize("usage", [[1, 2], {"prompt_tokens": -5, "completion_tokens": 3},
+                                   {"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 9}}])
+def test_malformed_usage_is_reported_not_accepted(tmp_path, usage):
+    """Accepted as good before: the record's counts went into the report."""
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(_lines(GOOD, {**GOOD, "usage": usage}))
+    stats = IngestStats()
+    assert len(list(read_requests([str(path)], stats=stats))) == 1
+    assert [problem.split(": ")[0] for problem in stats.problems] == [f"{path}:2"]
+
+
+def test_exit_3_prints_the_skipped_record_messages(tmp_path):
+    """Exit 3 said "see the skipped-record messages" and printed none of them."""
+    outcome, _ = _case(tmp_path, "log.jsonl", _lines({**GOOD, "messages": 5}, {**GOOD, "messages": 7}))
+    assert outcome.code == EXIT_INPUT
+    assert "log.jsonl:1: wrong type" in outcome.stderr and "log.jsonl:2: wrong type" in outcome.stderr
 
 
 def test_only_empty_conversations_exit_3_with_the_messages(tmp_path):
@@ -337,6 +365,8 @@ def _write(path: Path, data: bytes) -> Path:
     ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 2**62}, "prompt_lookup"),
     ({"method": "suffix", "num_speculative_tokens": 8, "suffix_decoding_max_tree_depth": 10**9},
      "suffix_decoding_max_tree_depth"),
+    ({"method": "suffix", "num_speculative_tokens": 8, "suffix_decoding_max_spec_factor": 1e308},  # numpy warning
+     "suffix_decoding_max_spec_factor"),
 ])
 def test_speculative_config_beyond_the_limits_is_exit_2_naming_it(tmp_path, config, limit):
     outcome, _ = _case(tmp_path, "log.jsonl", _lines(GOOD), "--speculative-config", json.dumps(config),
