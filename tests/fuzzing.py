@@ -307,7 +307,8 @@ HOSTILE_OPTIONS: list[list[str]] = [
     ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": "4"}'],
     ["--speculative-config", '{"method": 7}'], ["--speculative-config", "[1]"], ["--speculative-config", "{"],
     ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 1e300}'],
-    ["--gpu", "Z9000"], ["--model", "no/such-model-xyz"],
+    ["--gpu", "Z9000"], ["--model", "no/such-model-xyz"], ["--workers", "100000"], ["--workers", "0"],
+    ["--max-draft-requests", str(2**63)],
 ]
 SAFE_OPTION_SETS: list[list[str]] = [
     [], ["--no-replay"], ["--no-sweep"], ["--no-recommend"], ["--no-replay", "--no-recommend"], ["--tp", "2"],

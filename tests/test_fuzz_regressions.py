@@ -391,8 +391,63 @@ def test_whatif_options_beyond_the_limits_are_exit_2(args):
     base = {"--model": "meta-llama/Llama-3.1-8B", "--gpu": "H200", "--k": "4", "--acceptance-length": "3.0"}
     base.update(dict([args]))
     result = CliRunner().invoke(cli, ["whatif", *[part for pair in base.items() for part in pair]])
-    assert result.exit_code == EXIT_USAGE and result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.exit_code == EXIT_USAGE, result.stderr
+    assert result.exception is None or isinstance(result.exception, SystemExit)
     assert args[0] in result.stderr
+
+
+@pytest.mark.parametrize("args, limit", [
+    (["--workers", "100000"], "--workers"), (["--max-draft-requests", str(2**63)], "--max-draft-requests"),
+])
+def test_profile_process_and_sample_options_beyond_the_limits_are_exit_2(tmp_path, args, limit):
+    outcome, _ = _case(tmp_path, "log.jsonl", _lines(GOOD), *args, hostile_option=True)
+    assert outcome.code == EXIT_USAGE and limit in outcome.stderr
+
+
+VERIFY_LIMITS = [
+    (["--trials", "1000000"], "--trials"), (["--trials", "0"], "--trials"),
+    (["--max-requests", str(2**63)], "--max-requests"), (["--max-model-len", "0"], "--max-model-len"),
+    (["--max-model-len", str(2**40)], "--max-model-len"), (["--tensor-parallel-size", "5000"], "--tensor-parallel-size"),
+    (["--gpu-memory-utilization", "nan"], "--gpu-memory-utilization"), (["--request-rate", "nan"], "--request-rate"),
+    (["--request-rate", "1e300"], "--request-rate"), (["--burstiness", "0"], "--burstiness"),
+    (["--burstiness", "inf"], "--burstiness"), (["--max-concurrency", "0"], "--max-concurrency"),
+    (["--max-concurrency", str(10**12)], "--max-concurrency"), (["--temperature", "-1"], "--temperature"),
+    (["--temperature", "nan"], "--temperature"), (["--seed", str(2**32)], "--seed"), (["--seed", "-1"], "--seed"),
+    (["--kv-cache-gib", "1.5"], "--kv-cache-gib"), (["--kv-cache-gib", "0"], "--kv-cache-gib"),
+    (["--min-effect", "nan"], "--min-effect"), (["--ready-timeout", "inf"], "--ready-timeout"),
+    (["--ready-timeout", "-5"], "--ready-timeout"), (["--serve-arg", "x" * 70_000], "--serve-arg"),
+    (["--serve-arg", "--a " * 300], "--serve-arg"), (["--serve-arg", "'unclosed"], "--serve-arg"),
+    (["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2147483648}'], "num_speculative_tokens"),
+    (["--speculative-config", '{"method": "eagle3", "model": "d", "num-speculative-tokens": 0}'], "num_speculative_tokens"),
+    (["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 1e300}'],
+     "prompt_lookup_max"),
+    (["--speculative-config", '{"method": "suffix", "suffix_decoding_max_spec_factor": 1e308}'],
+     "suffix_decoding_max_spec_factor"),
+    (["--speculative-config", "[" * 100_000], "--speculative-config"),
+]
+
+
+@pytest.mark.parametrize("args, limit", VERIFY_LIMITS)
+def test_verify_options_beyond_what_vllm_accepts_are_exit_2_naming_the_limit(tmp_path, args, limit):
+    """Each would reach vLLM (a server per arm and trial) or the bench as it is: refused before any work."""
+    (tmp_path / "log.jsonl").write_bytes(_lines(GOOD))
+    result = CliRunner().invoke(cli, ["verify", str(tmp_path / "log.jsonl"), "--model", "m", "--dry-run",
+                                      "--out", str(tmp_path / "out"), "--speculative-config",
+                                      '{"method": "ngram", "num_speculative_tokens": 3}', *args])
+    assert result.exit_code == EXIT_USAGE, result.stderr
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert limit in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_show_refuses_a_report_over_the_limit_before_reading_it(tmp_path):
+    from advisor.report import MAX_REPORT_BYTES
+
+    path = tmp_path / "report.json"
+    with open(path, "wb") as handle:
+        handle.truncate(MAX_REPORT_BYTES + 1)  # sparse: no disk or memory spent
+    result = CliRunner().invoke(cli, ["show", str(path)])
+    assert result.exit_code == EXIT_INPUT and "not a report of `advise --json`" in result.stderr
 
 
 # --- lint ----------------------------------------------------------------------------------------------------
@@ -449,33 +504,69 @@ def test_malformed_lint_report_is_exit_3(tmp_path, report):
 
 
 # --- bounded memory and time under a process limit ------------------------------------------------------------
+# Address space, not resident memory, is what RLIMIT_AS caps, and the imports reserve much of it: numpy, numba's
+# llvmlite and sklearn's OpenMP runtime. Measured on the 2-core dev box (docs/input.md): the default pipeline
+# peaks at ~310 MB RSS and completes under RLIMIT_AS = 1 GiB; at 768 MiB sklearn's OpenMP KMeans spins past a
+# minute (with OMP_NUM_THREADS=1 it completes); `--draft` (torch) peaks at ~650 MB RSS and needs 2 GiB (1.5 GiB:
+# MemoryError). The hostile runs below get 3 GiB, a few GiB as the issue asks, with room for the machine.
 
 MEMORY_LIMIT = 3 * 2**30
+REALISTIC_LIMIT = 2**30
 
 
-def _limited(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def _limited(*args: str, cwd: Path, limit_bytes: int = MEMORY_LIMIT) -> subprocess.CompletedProcess:
     def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
 
     command = [sys.executable, "-c", "from advisor.cli import main; main()", *args]
     return subprocess.run(command, cwd=cwd, preexec_fn=limit, capture_output=True, text=True, timeout=300)
 
 
+def _sparse(path: Path, size: int) -> Path:
+    with open(path, "wb") as handle:
+        handle.truncate(size)  # no disk or memory spent until it is read
+    return path
+
+
 def test_hostile_inputs_and_options_stay_within_a_memory_limit(tmp_path):
-    """Under RLIMIT_AS = 3 GiB: the inputs that needed 6-23 GB before end in a clear exit, never MemoryError."""
+    """Under RLIMIT_AS = 3 GiB: the inputs that needed 6-23 GB before end in a clear exit, never MemoryError;
+    options at their limits (not beyond) complete."""
     (tmp_path / "huge.jsonl").write_bytes(_lines(
         {"timestamp": 1, "input_length": 10**11, "output_length": 3, "hash_ids": [1]},
         {"timestamp": 2, "input_length": 1000, "output_length": 3, "hash_ids": [2**62]},
         {"timestamp": 3, "input_length": 1000, "output_length": 3, "hash_ids": [1, 2]}))
     (tmp_path / "record.jsonl").write_bytes(_lines({"prompt": "word " * (10 * 2**20), "completion": "ok"}, GOOD))
     (tmp_path / "laughs.yaml").write_text(_billion_laughs())
+    (tmp_path / "deploy.sh").write_text("vllm serve meta-llama/Llama-3.1-8B --max-model-len 4096\n")
+    _sparse(tmp_path / "report.json", 4 * 2**30)  # read whole before, past the limit
+    fixture = str(fuzzing.FIXTURES / "code_editing.jsonl")
     runs = {
         "huge.jsonl": ["huge.jsonl", "--json"],
         "50 MB record": ["record.jsonl", "--json", "--no-sweep"],
         "k = 2^31": ["record.jsonl", "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 2147483648}'],
         "billion laughs": ["lint", "laughs.yaml"],
+        "4 GiB --report": ["lint", "deploy.sh", "--report", "report.json"],
+        "4 GiB show": ["show", "report.json"],
+        "suffix at its limits": [fixture, "--json", "--speculative-config", json.dumps({
+            "method": "suffix", "num_speculative_tokens": 128, "suffix_decoding_max_tree_depth": 1024,
+            "suffix_decoding_max_cached_requests": 10**7, "suffix_decoding_max_spec_factor": 1024})],
+        "ngram at its limits": [fixture, "--json", "--speculative-config", json.dumps({
+            "method": "ngram", "num_speculative_tokens": 128, "prompt_lookup_min": 1, "prompt_lookup_max": 128})],
+        "whatif at its limits": ["whatif", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H200", "--k", "128",
+                                 "--acceptance-length", "129", "--concurrency", ",".join(["1000000"] * 64),
+                                 "--input-len", str(2**24), "--output-len", str(2**24), "--tp", "1024"],
     }
     for name, args in runs.items():
         result = _limited(*args, cwd=tmp_path)
         assert result.returncode in (0, 1, 2, 3), (name, result.stderr[-2000:])
         assert "MemoryError" not in result.stderr and "Traceback" not in result.stderr, (name, result.stderr[-2000:])
+        if "at its limits" in name:
+            assert result.returncode == 0, (name, result.stderr[-2000:])
+
+
+def test_the_default_pipeline_runs_under_the_documented_realistic_limit(tmp_path):
+    """docs/input.md: 1 GiB of address space is enough for a profile with replay, sweep and recommendation."""
+    result = _limited(str(fuzzing.FIXTURES / "code_editing.jsonl"), "--json", cwd=tmp_path,
+                      limit_bytes=REALISTIC_LIMIT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert orjson.loads(result.stdout)["recommendation"] is not None
