@@ -1,9 +1,47 @@
 """One regression case per crash class of issue 11 (a 10,000-case fuzz of the fixtures), each of which
-ended in a traceback, a wrong exit code or unbounded memory before the fix; plus the process-limit test.
+ended in a traceback, a wrong exit code, a wrong format or unbounded memory before the fix; plus the
+process-limit test and the option limits.
 
 Every case runs the real CLI in-process and is checked by the fuzz suite's own invariants
 (tests/fuzzing.py: exit code in the README's table, no traceback, no warning, read = used + skipped, no
 prompt text), then for its specific outcome.
+
+Class of the issue -> the case that failed before the fix (run against 15a5081, the commit before issue 11,
+with these tests; what the old code did):
+- timestamps/durations: arrivals.concurrency ValueError -> test_end_before_start_... (uncaught ValueError);
+  parse_iso OverflowError -> test_far_times_...[9999-..., 0001-..., +-1e300] (OverflowError); open_loop
+  ZeroDivisionError -> test_open_loop_... (ZeroDivisionError); profile._nan OverflowError ->
+  test_huge_csv_count_... (OverflowError); numpy RuntimeWarnings -> test_counts_beyond_64_bits_...[numpy
+  RuntimeWarning] and test_speculative_config_...[config5] (RuntimeWarning in a cast)
+- Mooncake hash_ids: OverflowError -> test_hostile_hash_ids_...[record0]; MemoryError in the APC replay ->
+  [record2, record3] (MemoryError)
+- OTel spans -> test_malformed_otel_spans_...[record0-4, record7] (TypeError, AttributeError)
+- OpenAI: render_tool_call -> test_malformed_openai_...[change0] (RecursionError as TypeError); _completions ->
+  [change2] (TypeError); an empty message list -> test_only_empty_conversations_... (exit 5); malformed usage
+  accepted -> test_malformed_usage_is_reported_not_accepted (no problem reported)
+- aider._count -> test_aider_malformed_tokens_... (ValueError); SWE-agent -> test_swe_agent_assistant_first_...
+  (exit 5); bench-custom -> test_bench_custom_bad_output_tokens[1099511627776] (MemoryError)
+- truncated/corrupt .gz -> test_truncated_gzip_keeps_... (exit 3, nothing kept), test_corrupt_gzip_... (zlib
+  error); csv.Error -> test_broken_csv_header_...[\r], test_csv_row_with_a_carriage_return_... (csv.Error);
+  report.dumps TypeError -> test_counts_beyond_64_bits_...[TypeError in report.dumps] (TypeError)
+- exit 3 without the skipped-record messages -> test_exit_3_prints_the_skipped_record_messages; a first line
+  over 64 KiB -> test_long_first_line_is_detected (cannot tell the format)
+- files detected as the wrong format -> test_one_odd_first_line_does_not_decide_the_format (Mooncake for an
+  OpenAI or OTel file; "cannot tell" for the others), test_batch_output_file_with_a_damaged_first_line_...,
+  test_prompt_quoting_an_aider_transcript_... (read as aider), test_trajectory_longer_than_the_sniff_window_...
+  and the real-data one (cannot tell)
+- options: --speculative-config k 2^31, 10^9, 2^63, a huge prompt_lookup_max or tree depth ->
+  test_speculative_config_beyond_the_limits_... (MemoryError, ValueError); whatif --tp 0 ->
+  test_whatif_options_...[args0] (exit 1, a traceback)
+- lint: a non-string method or model -> test_hostile_lint_inputs_...[0, 1] (TypeError, exit 0); nested
+  thousands deep -> [2, 3] (RecursionError); billion laughs -> [4] (MemoryError); a 20 MB file ->
+  test_huge_lint_input_is_refused (no limit); a malformed --report -> the 4 GiB report of
+  test_hostile_inputs_and_options_stay_within_a_memory_limit (MemoryError; the JSON-shape cases of
+  test_malformed_lint_report_is_exit_3 were already refused cleanly and stay as guards)
+- memory: a 50 MB record, input_length 1e11 -> test_hostile_inputs_and_options_stay_within_a_memory_limit
+  (MemoryError under RLIMIT_AS)
+A few parametrized cases passed on the old code too (they guard neighbours of a class): the quoted-header CSV
+case, whatif --concurrency 0,8 and a nan acceptance length, --tp 0 in the profile, the report-shape cases.
 """
 from __future__ import annotations
 
