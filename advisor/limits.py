@@ -56,8 +56,9 @@ MAX_MODEL_LEN = 1 << 24
 # which takes 0 .. 2^32 - 1; vllm bench serve's --seed seeds Python's and numpy's generators the same way.
 MAX_SEED = 2**32 - 1
 # vllm bench serve's gamma arrivals need burstiness > 0 (vllm/benchmarks/serve.py: `assert burstiness > 0`);
-# at 1000 the inter-arrival CV (1/sqrt(burstiness)) is 3%: a clock.
-MAX_BURSTINESS = 1000.0
+# at 100 the inter-arrival CV (1/sqrt(burstiness)) is 0.1: near-metronome arrivals. The logs' own burstiness
+# is capped here too (advisor/verify/dataset.py).
+MAX_BURSTINESS = 100.0
 # Sampling temperature: vLLM requires a finite value >= 0 (vllm/sampling_params.py, _verify_args) and has no
 # upper bound; the ingest limit (advisor/ingest/_schema.py) is the same 100.
 MAX_TEMPERATURE = 100.0

@@ -29,7 +29,7 @@ with these tests; what the old code did):
 - files detected as the wrong format -> test_one_odd_first_line_does_not_decide_the_format (Mooncake for an
   OpenAI or OTel file; "cannot tell" for the others), test_batch_output_file_with_a_damaged_first_line_...,
   test_prompt_quoting_an_aider_transcript_... (read as aider), test_trajectory_longer_than_the_sniff_window_...
-  and the real-data one (cannot tell)
+  and the real-data one (cannot tell), test_records_longer_than_the_sniff_window_... (ShareGPT for a trace)
 - options: --speculative-config k 2^31, 10^9, 2^63, a huge prompt_lookup_max or tree depth ->
   test_speculative_config_beyond_the_limits_... (MemoryError, ValueError); whatif --tp 0 ->
   test_whatif_options_...[args0] (exit 1, a traceback)
@@ -40,8 +40,10 @@ with these tests; what the old code did):
   test_malformed_lint_report_is_exit_3 were already refused cleanly and stay as guards)
 - memory: a 50 MB record, input_length 1e11 -> test_hostile_inputs_and_options_stay_within_a_memory_limit
   (MemoryError under RLIMIT_AS)
-A few parametrized cases passed on the old code too (they guard neighbours of a class): the quoted-header CSV
-case, whatif --concurrency 0,8 and a nan acceptance length, --tp 0 in the profile, the report-shape cases.
+14 of the 133 cases passed on the old code too (they guard neighbours of a class, or options it did not have):
+the quoted-header CSV case, whatif --concurrency 0,8 and a nan acceptance length, --tp 0 in the profile, the
+report-shape cases, --workers / --max-draft-requests and verify's --trials 0 / --tensor-parallel-size /
+--gpu-memory-utilization, and the realistic-limit run.
 """
 from __future__ import annotations
 
@@ -349,6 +351,15 @@ def test_one_odd_first_line_does_not_decide_the_format(tmp_path, first, records,
     _, report = _case(tmp_path, "log.jsonl", _lines(first, *records), "--no-replay")
     assert report["inputs"][0]["format"] == fmt
     assert report["ingest"]["records_used"] == len(records) and report["ingest"]["records_skipped"] == 1
+
+
+def test_records_longer_than_the_sniff_window_still_outvote_a_foreign_first_line(tmp_path):
+    """The sniffed 64 KiB held only the short foreign line: the head now reads on to several whole lines."""
+    sharegpt = {"id": "a", "conversations": [{"from": "human", "value": "Tell me a long story now"}]}
+    long_records = [{**MOONCAKE_LINE, "timestamp": i, "note": "p" * 70_000} for i in range(3)]
+    assert detect_format(str(_write(tmp_path / "trace.jsonl", _lines(sharegpt, *long_records)))) == "mooncake"
+    _, report = _case(tmp_path, "trace.jsonl", _lines(sharegpt, *long_records), "--no-replay")
+    assert report["ingest"]["records_used"] == 3 and report["ingest"]["records_skipped"] == 1
 
 
 def test_batch_output_file_with_a_damaged_first_line_is_still_the_output_file(tmp_path):
