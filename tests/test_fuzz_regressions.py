@@ -29,7 +29,8 @@ with these tests; what the old code did):
 - files detected as the wrong format -> test_one_odd_first_line_does_not_decide_the_format (Mooncake for an
   OpenAI or OTel file; "cannot tell" for the others), test_batch_output_file_with_a_damaged_first_line_...,
   test_prompt_quoting_an_aider_transcript_... (read as aider), test_trajectory_longer_than_the_sniff_window_...
-  and the real-data one (cannot tell), test_records_longer_than_the_sniff_window_... (ShareGPT for a trace)
+  and the real-data one (cannot tell), test_records_longer_than_the_sniff_window_... (ShareGPT for a trace);
+  test_a_rotated_vllm_log_that_starts_inside_a_stream_... failed on main before this change, not on 15a5081
 - options: --speculative-config k 2^31, 10^9, 2^63, a huge prompt_lookup_max or tree depth ->
   test_speculative_config_beyond_the_limits_... (MemoryError, ValueError); whatif --tp 0 ->
   test_whatif_options_...[args0] (exit 1, a traceback)
@@ -40,10 +41,10 @@ with these tests; what the old code did):
   test_malformed_lint_report_is_exit_3 were already refused cleanly and stay as guards)
 - memory: a 50 MB record, input_length 1e11 -> test_hostile_inputs_and_options_stay_within_a_memory_limit
   (MemoryError under RLIMIT_AS)
-14 of the 133 cases passed on the old code too (they guard neighbours of a class, or options it did not have):
+15 of the 134 cases passed on the old code too (they guard neighbours of a class, or options it did not have):
 the quoted-header CSV case, whatif --concurrency 0,8 and a nan acceptance length, --tp 0 in the profile, the
 report-shape cases, --workers / --max-draft-requests and verify's --trials 0 / --tensor-parallel-size /
---gpu-memory-utilization, and the realistic-limit run.
+--gpu-memory-utilization, the realistic-limit run, and the rotated vLLM log (a regression after 15a5081).
 """
 from __future__ import annotations
 
@@ -360,6 +361,14 @@ def test_records_longer_than_the_sniff_window_still_outvote_a_foreign_first_line
     assert detect_format(str(_write(tmp_path / "trace.jsonl", _lines(sharegpt, *long_records)))) == "mooncake"
     _, report = _case(tmp_path, "trace.jsonl", _lines(sharegpt, *long_records), "--no-replay")
     assert report["ingest"]["records_used"] == 3 and report["ingest"]["records_skipped"] == 1
+
+
+def test_a_rotated_vllm_log_that_starts_inside_a_stream_is_a_vllm_log(tmp_path):
+    """Found by the fuzz's detection check on main after the vllm-log rework (15a5081 still told it): lines
+    of streamed output only, without the word "vllm", were "cannot tell the log format"."""
+    lines = [line for line in (fuzzing.FIXTURES / "vllm_server.log").read_text().splitlines() if "(streaming" in line]
+    assert lines and not any("vllm" in line.lower() for line in lines)
+    assert detect_format(str(_write(tmp_path / "server.log.1", ("\n".join(lines) + "\n").encode()))) == "vllm-log"
 
 
 def test_batch_output_file_with_a_damaged_first_line_is_still_the_output_file(tmp_path):

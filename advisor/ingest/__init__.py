@@ -164,8 +164,8 @@ def _detect_open(source: Source) -> str:
 
 def _count_used(sink: Sink, request_source: str) -> None:
     """Counts the record of a request's source "file:line" or "file:line#i" (the convention of `Request`) as
-    used by `sink`'s file; a request whose source names another file (an OpenAI batch's requests file, read
-    beside its outputs file) is that file's record, not counted here."""
+    used by `sink`'s file (a source naming another file is not this file's record; readers whose requests
+    join records of several files count their own, COUNTS_OWN_RECORDS)."""
     if not request_source.startswith(sink.name + ":"):
         return
     line = request_source[len(sink.name) + 1:].split("#", 1)[0]
