@@ -14,6 +14,7 @@ Bump SCHEMA_VERSION whenever a field is added, removed or renamed.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -673,6 +674,28 @@ def loads(text: bytes | str, source: str = "report") -> Report:
     except orjson.JSONDecodeError as error:
         raise ReportError(f"{source}: not JSON ({error})") from error
     return Report.from_dict(data, source)
+
+
+# A saved report is a few hundred KB at most (its problems and prefix lists are capped): a bigger file is not
+# one, and is refused before it is read into memory.
+MAX_REPORT_BYTES = 64 * 2**20
+
+
+def load(path: str) -> Report:
+    """A report saved by `advise LOGS -o FILE` (or `--json > FILE`); "-" reads stdin. InputError when it cannot
+    be read or is over MAX_REPORT_BYTES (read in a bounded way: stdin and pipes have no size to ask first)."""
+    source = "<stdin>" if path == "-" else path
+    try:
+        if path == "-":
+            text = sys.stdin.buffer.read(MAX_REPORT_BYTES + 1)
+        else:
+            with open(path, "rb") as handle:
+                text = handle.read(MAX_REPORT_BYTES + 1)
+    except OSError as error:
+        raise InputError(f"{source}: cannot read the report ({error.strerror or error})") from error
+    if len(text) > MAX_REPORT_BYTES:
+        raise InputError(f"{source}: over {MAX_REPORT_BYTES:,} bytes, not a report of `advise --json`")
+    return loads(text, source)
 
 
 def section(cls: type, data: dict[str, Any], source: str = "result") -> Any:

@@ -13,7 +13,9 @@ Invariants checked per run (`check`):
 - with exit 0: read = used + skipped in the report's ingest counts, every skipped record's file:line among the
   problems (when they are not truncated), no NaN/Infinity in the JSON; with exit 3 after bad records, the
   skipped-record messages are printed;
-- no prompt or completion text (a canary planted in every text field) in stdout, stderr or the report.
+- no prompt or completion text (a canary planted in every text field) in stdout, stderr or the report;
+- format detection (`check_detection`): the detected format never uses fewer records than the case's own
+  format would (read again with --format), nor gives up on a file that format reads.
 """
 from __future__ import annotations
 
@@ -307,7 +309,8 @@ HOSTILE_OPTIONS: list[list[str]] = [
     ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": "4"}'],
     ["--speculative-config", '{"method": 7}'], ["--speculative-config", "[1]"], ["--speculative-config", "{"],
     ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 1e300}'],
-    ["--gpu", "Z9000"], ["--model", "no/such-model-xyz"],
+    ["--gpu", "Z9000"], ["--model", "no/such-model-xyz"], ["--workers", "100000"], ["--workers", "0"],
+    ["--max-draft-requests", str(2**63)],
 ]
 SAFE_OPTION_SETS: list[list[str]] = [
     [], ["--no-replay"], ["--no-sweep"], ["--no-recommend"], ["--no-replay", "--no-recommend"], ["--tp", "2"],
@@ -576,6 +579,8 @@ def check(case: Case, outcome: Outcome, workdir: Path) -> list[str]:
         if outcome.report != outcome.stdout.encode():
             broken.append("-o report differs from --json stdout")
         ingest = report["ingest"]
+        if not {"records_read", "records_used", "records_skipped"} <= ingest.keys():
+            return broken + ["the report's ingest section has no record accounting (read, used, skipped)"]
         read, used, skipped = ingest["records_read"], ingest["records_used"], ingest["records_skipped"]
         if read != used + skipped:
             broken.append(f"records read {read} != used {used} + skipped {skipped}")
@@ -588,6 +593,32 @@ def check(case: Case, outcome: Outcome, workdir: Path) -> list[str]:
     return broken
 
 
+def _records_used(case: Case, workdir: Path, fmt: str) -> int:
+    """Records used when the case's file is read as `fmt` (the profile's cheapest run); 0 if it fails."""
+    forced = Case(case.seed, case.fmt, case.name, case.data, ["--format", fmt, "--no-replay", "--no-recommend"])
+    outcome = run(forced, workdir)
+    return orjson.loads(outcome.stdout)["ingest"]["records_used"] if outcome.code == 0 else 0
+
+
+def check_detection(case: Case, outcome: Outcome, workdir: Path) -> list[str]:
+    """The detector never picks a format (or gives up) where the file's own format would use more records:
+    a file misdetected sends every record to the wrong reader. Checked when detection decided (no --format,
+    no hostile option or --strict that ends the run first) and chose another format or none."""
+    if "--format" in case.args or case.hostile_option or case.strict or case.fmt not in FORMAT_NAMES:
+        return []
+    if outcome.code == 0:
+        detected = orjson.loads(outcome.stdout)["inputs"][0]["format"]
+        if detected == case.fmt:
+            return []
+        used = orjson.loads(outcome.stdout)["ingest"]["records_used"]
+    elif outcome.code == 3 and "cannot tell the log format" in outcome.stderr:
+        detected, used = "none", 0
+    else:
+        return []
+    own = _records_used(case, workdir, case.fmt)
+    return [f"detected as {detected} ({used} records used), read as {case.fmt} it uses {own}"] if own > used else []
+
+
 def run_cases(seeds_: range, workdir: Path, fmt: str | None = None,
               on_case: Callable[[Case, Outcome, list[str]], None] | None = None) -> list[tuple[Case, list[str]]]:
     """Runs the cases of `seeds_`; returns the failing ones with what they broke."""
@@ -595,7 +626,7 @@ def run_cases(seeds_: range, workdir: Path, fmt: str | None = None,
     for seed in seeds_:
         one = case(seed, fmt)  # a generator bug raises here, loudly: it is the suite's own
         outcome = run(one, workdir)
-        broken = check(one, outcome, workdir)
+        broken = check(one, outcome, workdir) or check_detection(one, outcome, workdir)
         if on_case is not None:
             on_case(one, outcome, broken)
         if broken:

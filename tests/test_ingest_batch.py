@@ -118,8 +118,13 @@ def check_run_batch(requests_file: Path, outputs_file: Path) -> None:
         assert (request.sampling.temperature, request.sampling.seed, request.sampling.max_tokens,
                 request.sampling.n) == (body["temperature"], body["seed"], body["max_tokens"], body.get("n"))
         assert request.messages[0].role == body["messages"][0]["role"] and request.timestamp is None
-    assert stats.problems == [f"{outputs_file}:{len(outputs)}: batch error: the request failed (status 400)"]
     [streamed] = [o for o in outputs if o["error"] is not None]
+    failed_line = list(inputs).index(streamed["custom_id"]) + 1  # its request line is reported too: read = used + skipped
+    output_line = outputs.index(streamed) + 1
+    assert stats.problems == [
+        f"{requests_file}:{failed_line}: batch error: the request failed (status 400; output line {outputs_file}:{output_line})",
+        f"{outputs_file}:{output_line}: batch error: the request failed (status 400)"]
+    assert stats.records_read == stats.records_used + stats.records_skipped == 8 and stats.records_skipped == 2
     assert streamed["error"] == "Request must not be sent in stream mode"  # vLLM's run-batch refuses streams
 
 

@@ -7,24 +7,14 @@ from pathlib import Path
 
 import click
 
-from advisor.errors import EXIT_FINDINGS, InputError
+from advisor.errors import EXIT_FINDINGS
 from advisor.lint import RULES, lint_file, lint_text, observed_p999_from_report
-
-# A saved report is a few hundred KB at most (its problems and prefix lists are capped).
-MAX_REPORT_BYTES = 64 * 2**20
-
 
 def _observed_p999(logs: tuple[str, ...], report_path: str | None) -> float | None:
     if report_path:
-        from advisor.report import loads
+        from advisor.report import load
 
-        try:
-            if Path(report_path).stat().st_size > MAX_REPORT_BYTES:
-                raise InputError(f"{report_path}: over {MAX_REPORT_BYTES:,} bytes, not a report of `advise --json`")
-            text = Path(report_path).read_bytes()
-        except OSError as error:
-            raise InputError(f"{report_path}: cannot read the report JSON ({error})") from error
-        return observed_p999_from_report(loads(text, report_path))
+        return observed_p999_from_report(load(report_path))
     if logs:
         from advisor.profile import ProfileOptions, build_profile
 

@@ -69,7 +69,7 @@ class _DraftBar:
               help="Replay exactly this JSON speculative config (as vllm serve takes it) instead of the sweep.")
 @click.option("--draft", "drafts", multiple=True, metavar="MODEL",
               help="Replay this draft model as draft_model (folder or cached HF id; repeatable). Needs advise[draft].")
-@click.option("--max-draft-requests", type=click.IntRange(min=1), default=64, show_default=True,
+@click.option("--max-draft-requests", type=click.IntRange(1, limits.MAX_REPLAY_REQUESTS), default=64, show_default=True,
               help="Run each draft over a seeded sample of this many requests (with 95% intervals).")
 @click.option("--no-replay", is_flag=True, help="Skip the ngram/suffix replays (and with them the sweep).")
 @click.option("--no-sweep", is_flag=True, help="Skip the k / lookup-window sweep (faster).")
@@ -82,7 +82,7 @@ class _DraftBar:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True),
               help="Write the report as one self-contained HTML page with plots to FILE (docs/html-report.md).")
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--workers", type=click.IntRange(1, limits.MAX_WORKERS), default=1, show_default=True,
               help="Processes that tokenize and measure, threads for the ngram replay (the report is the same; "
                    "only the speed changes).")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", metavar="[ADDRESS]",

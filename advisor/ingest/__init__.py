@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from typing import Callable, Iterator, Sequence
 
 import orjson
@@ -19,11 +20,11 @@ import orjson
 from advisor.errors import InputError
 from advisor.ingest import (aider, bench_custom, csv_traces, mooncake, openai, openai_batch, otel, sharegpt, swe_agent,
                             vllm_log)
-from advisor.ingest._io import SNIFF_BYTES, UTF8_BOM, IngestStats, Sink, Source, is_url
+from advisor.ingest._io import SNIFF_BYTES, UTF8_BOM, IngestStats, Sink, Source, head_records, is_url
+from advisor.record import Request
 
 # Skipped-record messages shown with the error of a file that gave no request.
 MAX_SHOWN = 5
-from advisor.record import Request
 
 __all__ = ["FORMATS", "IngestStats", "detect_format", "expand_paths", "read_requests", "shard_paths"]
 
@@ -46,8 +47,9 @@ GROUP_READERS: dict[str, GroupReader] = {
     openai_batch.NAME: openai_batch.read_group,
 }
 FORMATS: tuple[str, ...] = tuple(READERS) + tuple(GROUP_READERS)
-# Readers whose requests join several records (vLLM's log lines): they count each used record themselves.
-COUNTS_OWN_RECORDS = frozenset({vllm_log.NAME})
+# Readers whose requests join several records (vLLM's log lines; a batch request line and its output line in
+# another file): they count each used record themselves.
+COUNTS_OWN_RECORDS = frozenset({vllm_log.NAME, openai_batch.NAME})
 # Record sniffers for JSON inputs, most specific first: bench-custom records are also valid completions
 # requests, and batch lines, ShareGPT, trace and span records must not be mistaken for OpenAI logs.
 SNIFFERS = (
@@ -59,6 +61,9 @@ SNIFFERS = (
     (bench_custom.NAME, bench_custom.looks_like),
     (openai.NAME, openai.looks_like),
 )
+# A SWE-agent trajectory as SWE-agent writes it (indented, "trajectory" first): told by its opening when the
+# document is too long to parse from the sniffed head.
+TRAJECTORY_START = re.compile(rb'\{\s*"(?:trajectory|history)"\s*:\s*\[')
 
 
 # Stdin can be read once: a Source made by `detect_format("-")` keeps its sniffed head for the next
@@ -80,27 +85,38 @@ def _unknown(source: Source, found: str) -> InputError:
                       f"{', '.join(FORMATS)}")
 
 
-def _first_record(head: bytes) -> dict | None:
-    """The first JSON object among the complete lines of `head` (bad lines are passed over)."""
-    lines = head.split(b"\n")
-    if len(head) >= SNIFF_BYTES and not head.endswith(b"\n"):
-        lines = lines[:-1]  # the last piece may be cut by the sniff limit
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(record, dict):
-            return record
-    if len(head) < SNIFF_BYTES:  # a whole small file holding one JSON document over many lines
-        try:
-            document = orjson.loads(head)
-        except orjson.JSONDecodeError:
-            return None
-        return document if isinstance(document, dict) else None
-    return None
+def _vote(records: list[dict]) -> str | None:
+    """The format most of the sniffed records have (ties: the one seen first), None when none has one.
+
+    One record does not decide: the first line of a real log may be a record of another system (a mixed
+    file) or a damaged one whose keys point elsewhere, and the file's other records then settle it."""
+    counts: dict[str, int] = {}
+    for record in records:
+        for name, looks_like in SNIFFERS:
+            if looks_like(record):
+                counts[name] = counts.get(name, 0) + 1
+                break
+    return max(counts, key=counts.__getitem__) if counts else None
+
+
+def _whole_document(head: bytes) -> dict | None:
+    """A small file holding one JSON object over many lines (nothing in it parses line by line)."""
+    if len(head) >= SNIFF_BYTES:
+        return None
+    try:
+        document = orjson.loads(head)
+    except orjson.JSONDecodeError:
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _first_line_parses(head: bytes) -> bool:
+    """Whether the first line is a JSON value by itself: JSON Lines, not one document over many lines."""
+    try:
+        orjson.loads(head.split(b"\n", 1)[0])
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _detect(source: Source) -> str:
@@ -129,23 +145,29 @@ def _detect_open(source: Source) -> str:
             raise _unknown(source, "a CSV without the Azure or BurstGPT header")
         return fmt
     stripped = head.lstrip()
-    if stripped.startswith(b"["):
+    records = head_records(head)
+    if stripped.startswith(b"[") and not (records and _first_line_parses(stripped)):
         if b'"conversations"' in head:
             return sharegpt.NAME
         raise _unknown(source, "a JSON array whose elements have no 'conversations'")
-    record = _first_record(head)
-    if record is None:
-        raise _unknown(source, "no JSON object in the first lines")
-    for name, looks_like in SNIFFERS:
-        if looks_like(record):
-            return name
-    raise _unknown(source, f"first record has keys {', '.join(sorted(record)[:12])}")
+    if not records:
+        document = _whole_document(head)
+        if document is not None:
+            records = [document]
+        elif TRAJECTORY_START.match(stripped):  # a .traj under another name, longer than the sniff window
+            return swe_agent.NAME
+        else:
+            raise _unknown(source, "no JSON object in the first lines")
+    name = _vote(records)
+    if name is None:
+        raise _unknown(source, f"first record has keys {', '.join(sorted(records[0])[:12])}")
+    return name
 
 
 def _count_used(sink: Sink, request_source: str) -> None:
     """Counts the record of a request's source "file:line" or "file:line#i" (the convention of `Request`) as
-    used by `sink`'s file; a request whose source names another file (an OpenAI batch's requests file, read
-    beside its outputs file) is that file's record, not counted here."""
+    used by `sink`'s file (a source naming another file is not this file's record; readers whose requests
+    join records of several files count their own, COUNTS_OWN_RECORDS)."""
     if not request_source.startswith(sink.name + ":"):
         return
     line = request_source[len(sink.name) + 1:].split("#", 1)[0]

@@ -26,6 +26,10 @@ from advisor.errors import BadRecordError, InputError
 # keeps memory bounded on garbage input; 64 MiB comfortably holds any real logged request.
 MAX_LINE_BYTES = 64 * 2**20
 SNIFF_BYTES = 1 << 16
+# Records of the sniffed head that vote on a JSON Lines file's format, and the whole lines the head holds at
+# least (past SNIFF_BYTES when lines are long, up to the line limit).
+SNIFF_RECORDS = 64
+SNIFF_MIN_LINES = 8
 HEAD_CHUNK = 1 << 12
 # What a broken compressed stream raises while it is read (gzip's own errors, zlib's, a cut stream's EOF).
 STREAM_ERRORS = (OSError, EOFError, zlib.error)
@@ -245,20 +249,22 @@ class Source:
         """The first SNIFF_BYTES decompressed bytes (kept so that `open` can replay them).
 
         Read in small chunks, so that a .gz cut inside the head still yields what came before the break
-        (the break is raised again where the replayed stream reaches it). A first line longer than the
-        sniff window is read whole (up to the line limit), so a log of long records is told by its first.
+        (the break is raised again where the replayed stream reaches it). Lines longer than the sniff
+        window are read on until it holds SNIFF_MIN_LINES whole lines (up to the line limit), so a log of
+        long records is told by several of them, not by one.
         """
         if self._head is None:
             self._stream = self._open_decompressed()
             chunks: list[bytes] = []
-            size = 0
+            size = lines = 0
             try:
-                while size < SNIFF_BYTES or (b"\n" not in b"".join(chunks) and size <= MAX_LINE_BYTES):
+                while size < SNIFF_BYTES or (lines < SNIFF_MIN_LINES and size <= MAX_LINE_BYTES):
                     chunk = self._stream.read(HEAD_CHUNK if size < SNIFF_BYTES else size)
                     if not chunk:
                         break
                     chunks.append(chunk)
                     size += len(chunk)
+                    lines += chunk.count(b"\n")
             except STREAM_ERRORS as exc:
                 self.close()
                 if not size:
@@ -288,6 +294,26 @@ class Source:
             except STREAM_ERRORS as exc:
                 raise InputError(f"{self.name}: cannot be read: {_stream_error(exc)}; a whole-document "
                                  f"format needs the whole file") from None
+
+
+def head_records(head: bytes, limit: int = SNIFF_RECORDS) -> list[dict[str, Any]]:
+    """The JSON objects among the first complete lines of a sniffed `head` (other lines are passed over)."""
+    lines = head.split(b"\n")
+    if len(head) >= SNIFF_BYTES and not head.endswith(b"\n"):
+        lines = lines[:-1]  # the last piece may be cut by the sniff limit
+    records = []
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+            if len(records) == limit:
+                break
+    return records
 
 
 def _stream_error(exc: BaseException) -> str:

@@ -33,7 +33,10 @@ TOKENS = re.compile(r"^> Tokens: ([\d.,]+k?) sent(?:, ([\d.,]+k?) cache write)?"
 
 
 def looks_like(head: bytes) -> bool:
-    return SESSION_HEADER.encode() in head
+    """A session header at a line start: inside a JSON record (a logged prompt quoting a transcript) the header
+    follows an escaped newline or a quote, never a real one."""
+    header = SESSION_HEADER.encode()
+    return head.startswith(header) or b"\n" + header in head
 
 
 def _count(text: str | None) -> int:

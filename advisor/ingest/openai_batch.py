@@ -16,10 +16,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Iterator, Sequence
 
-import orjson
-
 from advisor.ingest import openai
-from advisor.ingest._io import BadRecord, Sink, Source, expect_object, iter_json_lines, type_name
+from advisor.ingest._io import BadRecord, Sink, Source, expect_object, head_records, iter_json_lines, type_name
 from advisor.record import Request
 
 NAME = "openai-batch"
@@ -41,15 +39,9 @@ def looks_like(record: dict[str, Any]) -> bool:
 
 
 def _is_output_file(source: Source) -> bool:
-    """Told by the first line that parses as a JSON object (a request file otherwise)."""
-    for line in source.head().split(b"\n"):
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(record, dict):
-            return is_output(record)
-    return False
+    """Told by the sniffed records: more output lines than request lines (one damaged line does not decide)."""
+    records = head_records(source.head())
+    return sum(map(is_output, records)) > sum(map(is_input, records))
 
 
 def _custom_id(record: dict[str, Any]) -> str:
@@ -91,8 +83,11 @@ def _output(record: Any) -> tuple[str, dict[str, Any] | None, str | None]:
 
 
 def read_group(sources: Sequence[Source], sinks: Sequence[Sink]) -> Iterator[tuple[int, Request]]:
-    """(file index, request) of request and output files, joined by custom_id."""
-    pending: dict[str, tuple[str, dict[str, Any]]] = {}  # custom_id -> (source "file:line", body)
+    """(file index, request) of request and output files, joined by custom_id.
+
+    A joined request uses two records, its request line and its output line, in two files: both are counted
+    as used here (the group's caller counts nothing for this format)."""
+    pending: dict[str, tuple[Sink, int, dict[str, Any]]] = {}  # custom_id -> (sink, line, body) of its request
     outputs = [i for i, source in enumerate(sources) if _is_output_file(source)]
     for index, (source, sink) in enumerate(zip(sources, sinks)):
         if index in outputs:
@@ -106,24 +101,35 @@ def read_group(sources: Sequence[Source], sinks: Sequence[Sink]) -> Iterator[tup
             except BadRecord as problem:
                 sink.bad(line, problem)
                 continue
-            pending[custom_id] = (f"{source.name}:{line}", body)
+            pending[custom_id] = (sink, line, body)
     for index in outputs:
         source, sink = sources[index], sinks[index]
         for line, record in iter_json_lines(source, sink):
             try:
                 custom_id, body, error = _output(record)
                 if error is not None:
-                    pending.pop(custom_id, None)
+                    failed = pending.pop(custom_id, None)
+                    if failed is not None:  # its request line gives no request either: reported at its own line
+                        failed[0].bad(failed[1], BadRecord("batch error", f"the request failed ({error}; output "
+                                                                          f"line {source.name}:{line})"))
                     raise BadRecord("batch error", f"the request failed ({error})")
-                requests = _join(pending.pop(custom_id, None), body, f"{source.name}:{line}")
+                request = pending.pop(custom_id, None)
+                requests = _join(request, body, f"{source.name}:{line}")
             except BadRecord as problem:
                 sink.bad(line, problem)
                 continue
-            for request in requests:
-                yield index, request
+            if requests:
+                sink.used(line)
+                if request is not None:
+                    request[0].used(request[1])
+            for joined in requests:
+                yield index, joined
     last = len(sources) - 1
-    for where, body in pending.values():
-        for request in openai.convert({"request": body}, where):
+    for sink, line, body in pending.values():
+        requests = openai.convert({"request": body}, f"{sink.name}:{line}")
+        if requests:
+            sink.used(line)
+        for request in requests:
             sinks[last].stats.unfinished += 1
             yield last, replace(request, timestamp=None, latency_s=None)
     if outputs:
@@ -131,10 +137,11 @@ def read_group(sources: Sequence[Source], sinks: Sequence[Sink]) -> Iterator[tup
                                        "burstiness are left out")
 
 
-def _join(request: tuple[str, dict[str, Any]] | None, body: dict[str, Any], where: str) -> list[Request]:
-    """The requests of one output line with its request body (or the completion alone, without one)."""
+def _join(request: tuple[Sink, int, dict[str, Any]] | None, body: dict[str, Any], where: str) -> list[Request]:
+    """The requests of one output line with its request (or the completion alone, without one)."""
     if request is not None:
-        joined = openai.convert({"request": request[1], "response": body}, request[0])
+        sink, line, request_body = request
+        joined = openai.convert({"request": request_body, "response": body}, f"{sink.name}:{line}")
     else:
         texts = openai._completions(body)
         prompt_tokens, completion_tokens, cached = openai._usage([body])

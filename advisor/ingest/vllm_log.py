@@ -51,8 +51,11 @@ _GENERATED = re.compile(r"Generated response (\S+?)( \(streaming (?:delta|comple
                         r"(?=output: |output_token_ids: )")
 _MAX_LOG_LEN = re.compile(r"max_log_len['\"]?(?::|=)\s*(\d+|None)")
 _KEYWORDS = ("Received request ", "Request ", "Generated response ", "args: ")
+# Request-logger lines that tell a vLLM log without the word "vllm" in it (a rotated file that starts inside a
+# stream of output lines, with the logger's path abbreviated).
 _SNIFF = re.compile(r"\] (?:Received request \S+: (?:prompt|params|sampling_params): |Request \S+ details: prompt: |"
-                    r"Generated response \S+: output: |non-default args: )")
+                    r"Generated response \S+(?: \(streaming (?:delta|complete)\))?(?: details)?: "
+                    r"(?:output|output_token_ids): |non-default args: )")
 
 
 def looks_like(head: bytes) -> bool:

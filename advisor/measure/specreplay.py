@@ -164,23 +164,18 @@ def normalize_config(spec_config: dict) -> dict:
         for key, default in SUFFIX_DEFAULTS.items():
             config.setdefault(key, default)
         config.setdefault("num_speculative_tokens", config["suffix_decoding_max_tree_depth"])
-        _check_int(config, "suffix_decoding_max_tree_depth", 1, limits.MAX_SUFFIX_TREE_DEPTH)
-        _check_int(config, "suffix_decoding_max_cached_requests", 0, limits.MAX_SUFFIX_CACHED_REQUESTS)
-        factor = config["suffix_decoding_max_spec_factor"]
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 <= factor <= limits.MAX_SUFFIX_SPEC_FACTOR:
-            raise ConfigError(f"speculative config: suffix_decoding_max_spec_factor must be a number in "
-                              f"[0, {limits.MAX_SUFFIX_SPEC_FACTOR:g}] (advise's limit, docs/input.md)")
-        prob = config["suffix_decoding_min_token_prob"]
-        if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not 0 <= prob <= 1:
-            raise ConfigError("speculative config: suffix_decoding_min_token_prob must be in [0, 1]")
+        limits.check_int(config, "suffix_decoding_max_tree_depth", 1, limits.MAX_SUFFIX_TREE_DEPTH)
+        limits.check_int(config, "suffix_decoding_max_cached_requests", 0, limits.MAX_SUFFIX_CACHED_REQUESTS)
+        for key, (low, high) in limits.SPECULATIVE_FRACTIONS.items():
+            limits.check_number(config, key, low, high)
     else:
         low, high = config.get("prompt_lookup_min"), config.get("prompt_lookup_max")
         if low is None and high is None:
             low = high = NGRAM_DEFAULT_LOOKUP
         config["prompt_lookup_min"] = high if low is None else low
         config["prompt_lookup_max"] = low if high is None else high
-        _check_int(config, "prompt_lookup_min", 1, limits.MAX_PROMPT_LOOKUP)
-        _check_int(config, "prompt_lookup_max", 1, limits.MAX_PROMPT_LOOKUP)
+        limits.check_int(config, "prompt_lookup_min", 1, limits.MAX_PROMPT_LOOKUP)
+        limits.check_int(config, "prompt_lookup_max", 1, limits.MAX_PROMPT_LOOKUP)
         if config["prompt_lookup_min"] > config["prompt_lookup_max"]:
             raise ConfigError(
                 f"speculative config: prompt_lookup_min={config['prompt_lookup_min']} must be <= "
@@ -188,7 +183,7 @@ def normalize_config(spec_config: dict) -> dict:
             )
     if config.get("num_speculative_tokens") is None:
         raise ConfigError(f"speculative config: num_speculative_tokens is required for {method}")
-    _check_int(config, "num_speculative_tokens", 1, limits.MAX_SPECULATIVE_TOKENS)
+    limits.check_int(config, "num_speculative_tokens", 1, limits.MAX_SPECULATIVE_TOKENS)
     return config
 
 
@@ -213,17 +208,6 @@ def draft_replays(measurement, ks: Iterable[int], seed: int = 0, greedy: bool = 
         replays.append(summarize(config, measurement.counters[:, ki], measurement.per_pos[ki, : int(k)],
                                  measurement.fitting_requests, seed, sampling))
     return replays
-
-
-def _check_int(config: dict, key: str, minimum: int, maximum: int) -> None:
-    """An integer option within [minimum, maximum]: vLLM's lower bound, advise's upper one (advisor/limits.py)."""
-    value = config[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:40]}..."
-        raise ConfigError(f"speculative config: {key} must be an integer >= {minimum}, got {shown}")
-    if value > maximum:
-        raise ConfigError(f"speculative config: {key}={value} is over advise's limit of {maximum} (beyond any "
-                          f"deployed configuration; docs/input.md, option limits)")
 
 
 def replay_config(

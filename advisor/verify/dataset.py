@@ -26,12 +26,12 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from advisor import limits
 from advisor.errors import ConfigError, InputError
 from advisor.measure.arrivals import arrival_profile, concurrency
 from advisor.record import Request
 from advisor.tokenize import RequestTokenizer, Tokenizer
 
-MAX_BURSTINESS = 100.0  # gamma shape for near-metronome arrivals (CV ~ 0.1); bench needs a finite value
 TOKENIZE_BATCH = 256
 
 
@@ -134,7 +134,7 @@ def observed_load(
         shape = burstiness
         source["burstiness"] = "option"
     elif profile is not None and profile.interarrival_cv is not None:
-        shape = min(profile.gamma_burstiness or MAX_BURSTINESS, MAX_BURSTINESS)
+        shape = min(profile.gamma_burstiness or limits.MAX_BURSTINESS, limits.MAX_BURSTINESS)
         source["burstiness"] = f"logs (inter-arrival CV {profile.interarrival_cv:.2f})"
     else:
         shape = 1.0

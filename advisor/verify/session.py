@@ -10,9 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from advisor.errors import ConfigError, InputError
+from advisor import limits
+from advisor.errors import ConfigError
 from advisor.ingest import read_requests
-from advisor.report import Report, loads
+from advisor.report import Report, load
 from advisor.tokenize import load_tokenizer
 from advisor.verify.dataset import build_dataset
 from advisor.verify.history import build_record, save_record
@@ -58,14 +59,6 @@ class VerifyOptions:
     bench_timeout_s: float = 3600.0
 
 
-def _load_report(path: Path) -> Report:
-    try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: not a readable advise JSON report ({exc})") from exc
-    return loads(text, str(path))
-
-
 def candidate_config(options: VerifyOptions, report: Report | None) -> dict | None:
     """The candidate's speculative config: the option, else the report's recommendation (none for APC)."""
     if options.mode == APC:
@@ -77,6 +70,7 @@ def candidate_config(options: VerifyOptions, report: Report | None) -> dict | No
     if report is not None:
         config = report.recommendation.speculative_config if report.recommendation else None
         if config:
+            limits.check_speculative_config(config)  # a report is a file: its config is checked as an option is
             return dict(config)
         raise ConfigError(f"{options.recommendation}: the report recommends no speculative config; "
                           "pass --speculative-config to test one anyway")
@@ -158,7 +152,7 @@ def prepare(options: VerifyOptions, progress: Progress | None = None, dry_run: b
     """
     if options.trials < 1:
         raise ConfigError(f"--trials must be at least 1, got {options.trials}")
-    report = _load_report(options.recommendation) if options.recommendation else None
+    report = load(str(options.recommendation)) if options.recommendation else None
     config = candidate_config(options, report)
     if options.synthetic_acceptance:
         if config is None:
@@ -196,7 +190,7 @@ def dry_run_script(plan: VerifyPlan) -> str:
 def run_verify(options: VerifyOptions, progress: Progress | None = None) -> tuple[dict, Path, Path]:
     """Run the whole A/B; returns the record and the paths of record.json and summary.md."""
     plan = prepare(options, progress)
-    report = _load_report(options.recommendation) if options.recommendation else None
+    report = load(str(options.recommendation)) if options.recommendation else None
     results = run_plan(plan, ready_timeout_s=options.ready_timeout_s,
                        bench_timeout_s=options.bench_timeout_s, progress=progress)
     predicted = predictions_from_report(report, candidate_config(options, report))
