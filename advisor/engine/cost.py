@@ -88,6 +88,10 @@ def captured_graph_max(ceiling: int, max_num_seqs: int, k: int) -> int:
     return max(sizes)
 
 
+# The --max-num-seqs the H200 measurements ran with: a deployment's running batch when it does not give one.
+DEFAULT_MAX_NUM_SEQS = 256
+
+
 @dataclass(frozen=True)
 class StepLoad:
     """What one engine step carries, averaged over steps."""
@@ -138,7 +142,7 @@ class CostModel:
     """
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int = 1, calibration: Calibration = H200_CALIBRATION,
-                 max_num_seqs: int = 256):
+                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS):
         if tp < 1:
             raise ValueError("tp must be >= 1")
         self.model = model
@@ -307,7 +311,7 @@ class CostModel:
         speculative: bool = False,
         async_scheduling: bool = False,
         cached_share: float = 0.0,
-        max_batch: int = 256,
+        max_batch: int = DEFAULT_MAX_NUM_SEQS,
         max_batched_tokens: int = 8192,
         draft_for_batch=None,
         step_scale: float = 1.0,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from advisor import report as doc
-from advisor.engine.cost import CostModel, LoadPoint
+from advisor.engine.cost import DEFAULT_MAX_NUM_SEQS, CostModel, LoadPoint
 from advisor.engine.history import MeasuredCalibration, calibrate, log_names
 from advisor.engine.knowledge import drafts_for, prior_for
 from advisor.engine.load import (
@@ -42,8 +42,6 @@ MIN_SPEEDUP = 1.10
 # At peak load a candidate may be at most this much slower than no speculation before it needs a
 # per-batch-size table (or loses).
 PEAK_TOLERANCE = 0.95
-# The --max-num-seqs the H200 measurements ran with; used when the options do not give one.
-DEFAULT_MAX_NUM_SEQS = 256
 # Without timestamps the load is unknown: predictions are made at these running batches, and said so.
 ASSUMED_TYPICAL_BATCH = 4
 ASSUMED_PEAK_BATCH = 32

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import orjson
 
-from advisor.engine.cost import CostModel
+from advisor.engine.cost import DEFAULT_MAX_NUM_SEQS, CostModel
 from advisor.engine.load import SpecPoint
 from advisor.errors import InputError
 from advisor.hardware import GPUS, GpuSpec
@@ -38,8 +38,6 @@ from advisor.vllm_vocab import ASYNC_INCOMPATIBLE_METHODS
 SYNTHETIC_KEYS = frozenset({"rejection_sample_method", "synthetic_acceptance_rates", "synthetic_acceptance_length"})
 VENDOR_PREFIXES = ("NVIDIA ", "AMD INSTINCT ", "AMD ")
 TP_FLAGS = ("--tensor-parallel-size", "-tp")
-# A record whose servers held more requests than this is priced as vLLM's default --max-num-seqs.
-DEFAULT_MAX_NUM_SEQS = 256
 
 
 def read_history(path: str | Path) -> tuple[VerifyRun, ...]:
