@@ -20,7 +20,7 @@ import orjson
 from advisor.errors import InputError
 from advisor.ingest import (aider, bench_custom, csv_traces, mooncake, openai, openai_batch, otel, sharegpt, swe_agent,
                             vllm_log)
-from advisor.ingest._io import SNIFF_BYTES, UTF8_BOM, IngestStats, Sink, Source, head_records, is_url
+from advisor.ingest._io import SNIFF_BYTES, UTF8_BOM, IngestStats, Sink, Source, head_records, import_fsspec, is_url
 from advisor.record import Request
 
 # Skipped-record messages shown with the error of a file that gave no request.
@@ -190,10 +190,7 @@ def expand_paths(paths: Sequence[str]) -> list[str]:
             out.append(path)
             continue
         if is_url(path):
-            try:
-                import fsspec
-            except ImportError:
-                raise InputError(f"{path}: reading URLs needs fsspec: pip install 'advise[ray]'") from None
+            fsspec = import_fsspec(path)
             try:
                 filesystem, _, found = fsspec.get_fs_token_paths(path)
             except (ImportError, ValueError) as exc:

@@ -56,7 +56,6 @@ class IngestStats:
     unfinished: int = 0  # requests logged without any output (server logs, batch files)
     notes: list[str] = field(default_factory=list)  # what the format could not record, and why; a cut .gz
 
-
     def absorb(self, other: IngestStats) -> None:
         """Adds the stats of reading the files that follow (a shard of the same paths): the stats one pass
         over both gives (problems are the first MAX_PROBLEMS in file order)."""
@@ -186,18 +185,21 @@ def is_url(path: str) -> bool:
     return "://" in path
 
 
-def open_url(path: str) -> BinaryIO:
-    """A binary stream of an fsspec URL; InputError naming the package when fsspec or the protocol's
-    implementation (s3fs for s3://, gcsfs for gs://) is not installed."""
+def import_fsspec(path: str) -> Any:
+    """fsspec, which reads and lists URLs; InputError naming the extra that brings it."""
     try:
         import fsspec
     except ImportError:
         raise InputError(f"{path}: reading URLs needs fsspec: pip install 'advise[ray]'") from None
+    return fsspec
+
+
+def open_url(path: str) -> BinaryIO:
+    """A binary stream of an fsspec URL; InputError naming the package when fsspec or the protocol's
+    implementation (s3fs for s3://, gcsfs for gs://) is not installed."""
     try:
-        return fsspec.open(path, "rb").open()
-    except ImportError as exc:  # fsspec names the package the protocol needs
-        raise InputError(f"{path}: cannot be read: {exc}") from None
-    except ValueError as exc:  # an unknown protocol
+        return import_fsspec(path).open(path, "rb").open()
+    except (ImportError, ValueError) as exc:  # fsspec names the package a protocol needs; an unknown protocol
         raise InputError(f"{path}: cannot be read: {exc}") from None
 
 
