@@ -203,7 +203,7 @@ def segmenter(source: str | None, variables: dict[str, str], special_names: Coll
     if source is None or set(variables) - {"bos_token", "eos_token"}:
         return None
     bos = variables.get("bos_token", "")
-    if source != _llama31_source() or (bos and bos not in special_names):
+    if source != llama31_template() or (bos and bos not in special_names):
         return None
     if not all(_PLAIN_SPECIAL_NAME.fullmatch(name) for name in special_names):
         return None
@@ -211,5 +211,7 @@ def segmenter(source: str | None, variables: dict[str, str], special_names: Coll
 
 
 @lru_cache(maxsize=1)
-def _llama31_source() -> str:
+def llama31_template() -> str:
+    """The bundled Llama 3.1 Instruct template, read once (the default tokenizer renders with it, the
+    segmenter compares templates with it)."""
     return LLAMA31_TEMPLATE_FILE.read_text(encoding="utf-8")

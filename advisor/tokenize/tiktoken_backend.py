@@ -37,7 +37,6 @@ DEFAULT_WARNING = (
     "default tokenizer (Llama 3.1 Instruct, offline): token counts are exact for Llama 3.x models and "
     "approximate for other families; pass --tokenizer or --model to count with the served model's tokenizer"
 )
-_TEMPLATE_FILE = chat.LLAMA31_TEMPLATE_FILE
 
 
 def llama3_special_tokens() -> dict[str, int]:
@@ -163,7 +162,7 @@ def load_default() -> TiktokenTokenizer:
     special = llama3_special_tokens()
     info = TokenizerInfo(
         name=DEFAULT_NAME,
-        source=f"{path} (PyPI llama-models); chat template {_TEMPLATE_FILE.name}",
+        source=f"{path} (PyPI llama-models); chat template {chat.LLAMA31_TEMPLATE_FILE.name}",
         kind="default",
         vocab_size=encoding.n_vocab,
         is_default=True,
@@ -174,7 +173,7 @@ def load_default() -> TiktokenTokenizer:
     return TiktokenTokenizer(
         encoding,
         info,
-        template=_TEMPLATE_FILE.read_text(encoding="utf-8"),
+        template=chat.llama31_template(),
         template_variables={"bos_token": LLAMA3_BOS, "eos_token": "<|eot_id|>"},
         # generation_config.json of Llama 3.1 Instruct stops on all three
         eos_token_ids=(special["<|end_of_text|>"], special["<|eom_id|>"], special["<|eot_id|>"]),
