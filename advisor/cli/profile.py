@@ -5,27 +5,14 @@ import sys
 from typing import TYPE_CHECKING
 
 import click
-import orjson
 
 from advisor import limits
-from advisor.cli.options import FiniteFloatRange
+from advisor.cli.options import FiniteFloatRange, speculative_config as speculative_config_option
 from advisor.errors import ConfigError
 from advisor.ingest import FORMATS
 
 if TYPE_CHECKING:
     from advisor.report import Report
-
-
-def _speculative_config(_ctx: click.Context, _param: click.Parameter, value: str | None) -> dict | None:
-    if value is None:
-        return None
-    try:
-        config = orjson.loads(value)
-    except orjson.JSONDecodeError as error:
-        raise click.BadParameter(f"not valid JSON ({error}); pass one JSON object, as to vllm serve") from error
-    if not isinstance(config, dict):
-        raise click.BadParameter("must be a JSON object, as vllm serve --speculative-config takes")
-    return config
 
 
 class _DraftBar:
@@ -65,7 +52,7 @@ class _DraftBar:
               help="vLLM KV block size for prefix caching (16 on GPU, 128 on vLLM's CPU backend).")
 @click.option("--hash-block-size", type=click.IntRange(1, limits.MAX_BLOCK_SIZE), default=512, show_default=True,
               help="Tokens per hash id in Mooncake / timed_trace logs.")
-@click.option("--speculative-config", "speculative_config", callback=_speculative_config,
+@click.option("--speculative-config", "speculative_config", callback=speculative_config_option,
               help="Replay exactly this JSON speculative config (as vllm serve takes it) instead of the sweep.")
 @click.option("--draft", "drafts", multiple=True, metavar="MODEL",
               help="Replay this draft model as draft_model (folder or cached HF id; repeatable). Needs advise[draft].")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import os
 import shlex
@@ -11,30 +10,11 @@ from pathlib import Path
 import click
 
 from advisor import limits
-from advisor.cli.options import FiniteFloatRange
+from advisor.cli.options import FiniteFloatRange, speculative_config as speculative_config_option
 from advisor.errors import EXIT_FINDINGS, ConfigError
 from advisor.verify.plan import MODES, SPECULATIVE
 from advisor.verify.session import VerifyOptions, dry_run_script, prepare, run_verify
 from advisor.verify.verdict import REFUTED
-
-def _json_object(_ctx: click.Context, _param: click.Parameter, value: str | None) -> dict | None:
-    if value is None:
-        return None
-    if len(value) > limits.MAX_SPECULATIVE_CONFIG_CHARS:
-        raise click.BadParameter(f"{len(value):,} characters, over advise's limit of "
-                                 f"{limits.MAX_SPECULATIVE_CONFIG_CHARS:,}: a speculative config is a few keys")
-    try:
-        parsed = json.loads(value)
-    except (ValueError, RecursionError) as error:
-        raise click.BadParameter(f"not JSON ({error})") from error
-    if not isinstance(parsed, dict):
-        raise click.BadParameter("expected one JSON object, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'")
-    try:
-        limits.check_speculative_config(parsed)
-    except ConfigError as error:
-        raise click.BadParameter(str(error)) from None
-    return parsed
-
 
 def _rate(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
     if value is None:
@@ -72,7 +52,7 @@ def _serve_args(_ctx: click.Context, _param: click.Parameter, value: tuple[str, 
                                   "offline as the profile resolves it).")
 @click.option("--compare", "mode", type=click.Choice(MODES), default=SPECULATIVE, show_default=True,
               help="What the arms differ in: the speculative config, or prefix caching off (baseline) vs on.")
-@click.option("--speculative-config", callback=_json_object, help="Candidate's --speculative-config JSON.")
+@click.option("--speculative-config", callback=speculative_config_option, help="Candidate's --speculative-config JSON.")
 @click.option("--recommendation", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A report from `advise LOGS --json`: its recommended config is the candidate (unless "
                    "--speculative-config is given) and its predictions are compared with the measurements.")
