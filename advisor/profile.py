@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from advisor import __version__, stream
+from advisor import __version__, shards, stream
 from advisor.errors import ConfigError
-from advisor.ingest import IngestStats, expand_paths, read_requests
+from advisor.ingest import IngestStats, expand_paths
 from advisor.measure import arrivals, prefix, sampling, stats
 from advisor.report import (
     Apc,
@@ -96,20 +96,13 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None,
     tokenizer_state: dict[str, Any] = {}
     runners = _draft_runners(options, tokenizer_state)  # refuse a missing extra or a wrong draft before reading
     if ray_address is not None:
-        from advisor import shards
-
-        merged = shards.collect_on_ray(options.paths, options.fmt, options.strict, _stream_options(options),
-                                       ray_address, progress)
-        collected, ingest_stats, tokenizer_info = merged.collected, merged.stats, merged.tokenizer_info
+        collection = shards.collect_on_ray(options.paths, options.fmt, options.strict, _stream_options(options),
+                                           ray_address, progress)
     else:
-        ingest_stats = IngestStats()
-        requests = read_requests(
-            list(options.paths), options.fmt, strict=options.strict, hash_block_size=options.hash_block_size,
-            stats=ingest_stats,
-        )
-        collected = stream.collect(requests, _stream_options(options), tokenizer_state, workers, progress)
-        tokenizer_info = None
-    if tokenizer_info is None and "tokenizer" in tokenizer_state:  # loaded here: by the workers' pool, or a draft
+        collection = shards.collect_shard(options.paths, options.fmt, options.strict, _stream_options(options),
+                                          tokenizer_state, workers, progress)
+    collected, ingest_stats, tokenizer_info = collection.collected, collection.stats, collection.tokenizer_info
+    if tokenizer_info is None and "tokenizer" in tokenizer_state:  # loaded here for a draft (the shards had no text)
         tokenizer_info = tokenizer_state["tokenizer"].info
 
     report = replace(_assemble(options, ingest_stats, collected, tokenizer_info, workers), verify_history=history)

@@ -50,12 +50,16 @@ class Shard:
     tokenizer_info: Any | None  # advisor.tokenize.TokenizerInfo when the shard tokenized text
 
 
-def collect_shard(paths: Sequence[str], fmt: str | None, strict: bool, options: stream.StreamOptions) -> Shard:
-    """Reads and collects one shard in this process: what a Ray task runs."""
+def collect_shard(paths: Sequence[str], fmt: str | None, strict: bool, options: stream.StreamOptions,
+                  tokenizer_state: dict[str, Any] | None = None, workers: int = 1,
+                  progress: stream.Progress | None = None) -> Shard:
+    """Reads and collects `paths` in this process (on `workers` processes): what a Ray task runs on its
+    shard, and what a single-machine profile runs on all the paths. `tokenizer_state` is shared with the
+    caller (a tokenizer it loaded already is used, the one loaded here stays in it)."""
     stats = IngestStats()
-    tokenizer_state: dict[str, Any] = {}
+    tokenizer_state = {} if tokenizer_state is None else tokenizer_state
     requests = read_requests(list(paths), fmt, strict=strict, hash_block_size=options.hash_block_size, stats=stats)
-    collected = stream.collect(requests, options, tokenizer_state)
+    collected = stream.collect(requests, options, tokenizer_state, workers, progress)
     info = tokenizer_state["tokenizer"].info if "tokenizer" in tokenizer_state else None
     return Shard(collected, stats, info)
 
