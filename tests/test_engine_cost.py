@@ -1,7 +1,8 @@
-"""Cost model against real GPU measurements: the 60 points of advisor/data/measurements/h200_vllm0.26
+"""Cost model against real GPU measurements: the 128 points of advisor/data/measurements/h200_vllm0.26
 (vLLM 0.26.0 on one H200; 1.5B, 8B and 14B dense shapes; k = 0, 1, 2, 4, 8 at synthetic acceptance; inputs
-128 / 512 / 2048; concurrency 1 to 128; runs w1, reference and the w2 re-measurement of the 1.5B shape's
-k = 4 and 8 cells), which the calibration was fitted to (scripts/fit_cost.py).
+128 / 512 / 2048; concurrency 1 to 128; runs w1, reference, the w2 re-measurement of the 1.5B shape's k = 4
+and 8 cells, and w3: 68 longer runs of 8C requests with repeats), which the calibration was fitted to
+(scripts/fit_cost.py).
 """
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ from advisor.engine.whatif import whatif
 from advisor.errors import ConfigError
 
 POINTS = load_points()
-WORST_RESIDUAL = 0.29  # measured worst: 28.8% (1.5B shape, k=8, concurrency 32, 64 requests, w2); docs/engine.md
+WORST_RESIDUAL = 0.31  # measured worst: 30.6% (1.5B shape, k=8, concurrency 32, 64 requests, w2); docs/engine.md
 # The points beyond the issue's 15% (docs/engine.md says why): (shape, k, concurrency, requests, run)
 BEYOND_15 = {
-    ("qwen2.5-1.5b", 8, 32, 64, "w1-2026-12-02"), ("qwen2.5-1.5b", 8, 32, 64, "w2-2026-12-03"),
+    ("llama-3.1-8b", 4, 8, 32, "reference-2026-12-02"),
+    ("qwen2.5-1.5b", 0, 32, 256, "w3-2026-12-03"), ("qwen2.5-1.5b", 0, 128, 256, "w1-2026-12-02"),
+    ("qwen2.5-1.5b", 1, 32, 64, "w1-2026-12-02"), ("qwen2.5-1.5b", 2, 32, 256, "w3-2026-12-03"),
+    ("qwen2.5-1.5b", 4, 8, 64, "w3-2026-12-03"), ("qwen2.5-1.5b", 8, 32, 64, "w1-2026-12-02"),
+    ("qwen2.5-1.5b", 8, 32, 64, "w2-2026-12-03"), ("qwen2.5-1.5b", 8, 32, 256, "w3-2026-12-03"),
     ("qwen2.5-1.5b", 8, 128, 256, "w1-2026-12-02"), ("qwen2.5-1.5b", 8, 128, 1024, "w2-2026-12-03"),
-    ("qwen2.5-1.5b", 4, 128, 1024, "w2-2026-12-03"), ("llama-3.1-8b", 4, 8, 32, "reference-2026-12-02"),
 }
 
 
@@ -34,7 +38,7 @@ def test_measurements_cover_the_design() -> None:
     assert min(p.concurrency for p in POINTS) == 1 and max(p.concurrency for p in POINTS) == 128
     assert all(p.run and p.gpu == "H200" for p in POINTS)
     with DEFAULT_POINTS.open() as handle:
-        assert len(list(csv.DictReader(handle))) == len(POINTS) == 60
+        assert len(list(csv.DictReader(handle))) == len(POINTS) == 128
 
 
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: f"{p.shape[:12]}-k{p.k}-in{p.input_len}-c{p.concurrency}")
@@ -43,12 +47,26 @@ def test_model_agrees_with_every_measured_point(point) -> None:
 
 
 def test_most_points_within_15_percent() -> None:
-    """The issue's bound (15% everywhere) holds at 54 of the 60 points; the six beyond it are the 1.5B
-    shape's k = 8 / k = 4 cells at concurrency 32 and 128, whose repeated runs disagree with each other and with
-    any step model monotone in verified tokens (next test), and the 8B k=4 cell at concurrency 8."""
+    """The issue's bound (15% everywhere) holds at 117 of the 128 points, at every 14B point and at every 8B
+    point but one (15.4%); the other ten are the 1.5B shape's, whose repeated runs disagree by as much (next
+    tests): its steps of 2-8 ms are mostly CPU work of the engine, which varies from run to run."""
     beyond = {(p.shape[:12], p.k, p.concurrency, p.num_prompts, p.run) for p in POINTS
               if abs(p.predict() / p.median_tpot_ms - 1) > 0.15}
     assert beyond <= BEYOND_15
+    assert all(abs(p.predict() / p.median_tpot_ms - 1) <= 0.155 for p in POINTS if "1.5b" not in p.shape)
+
+
+def test_repeats_of_one_cell_bound_any_model() -> None:
+    """w3 ran cells two or three times on the same server minutes apart: the 1.5B shape's repeats at
+    concurrency 32 differ by up to 22% (a model can then be within 11% of both at best), the 8B and 14B
+    shapes' by at most 6%."""
+    cells: dict[tuple, list[float]] = {}
+    for p in POINTS:
+        if p.run == "w3-2026-12-03":
+            cells.setdefault((p.shape, p.k, p.input_len, p.concurrency), []).append(p.median_tpot_ms)
+    spread = {cell: max(v) / min(v) - 1 for cell, v in cells.items() if len(v) > 1}
+    assert max(s for cell, s in spread.items() if "1.5b" in cell[0] and cell[3] == 32) > 0.2
+    assert max(s for cell, s in spread.items() if "1.5b" not in cell[0]) < 0.065
 
 
 def test_the_1_5b_k8_and_k4_cells_contradict_any_monotone_step_model() -> None:
@@ -109,8 +127,9 @@ def test_speculation_stops_paying_at_high_concurrency() -> None:
     rows = whatif("meta-llama/Llama-3.1-8B", "H200", 4, 3.0, [1, 8, 32, 128])["rows"]
     speedups = [row["speedup"] for row in rows]
     assert speedups == sorted(speedups, reverse=True)
-    # measured: 2.8x at 1, 1.05x at 128 (4-wave runs); the steady state keeps 1.33x at 128 (see above)
-    assert speedups[0] > 2.0 and speedups[-1] < 1.4
+    # measured: 2.8x at 1, 1.05x at 128 (4-wave runs of output 256), 1.0x at 128 (w3's 8-wave runs of output
+    # 128); the steady state, where a prompt chunk rides on most steps, keeps 1.41x at 128 (see above)
+    assert speedups[0] > 2.0 and speedups[-1] < 1.5
 
 
 def test_step_cost_of_extra_tokens_grows_with_batch() -> None:

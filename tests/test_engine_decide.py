@@ -85,7 +85,11 @@ def test_load_that_varies_gets_a_per_batch_size_table() -> None:
     table = config["num_speculative_tokens_per_batch_size"]
     assert table[0][0] == 1 and table[-1][1] == 256
     assert all(a[1] + 1 == b[0] for a, b in zip(table, table[1:]))  # contiguous bands
-    assert table[-1][2] < table[0][2] == config["num_speculative_tokens"]
+    assert min(band[2] for band in table) < table[0][2] == config["num_speculative_tokens"]
+    # k need not fall monotonically: once every k >= 2 runs above the largest captured CUDA graph (batch
+    # 129-256 here), the launch cost is paid whatever k is, and a high acceptance makes the longest draft pay
+    assert [band[2] for band in table if band[1] <= 128] == sorted((band[2] for band in table if band[1] <= 128),
+                                                                   reverse=True)
 
 
 def test_recommendation_serialises_with_emitted_forms() -> None:
@@ -179,7 +183,8 @@ def test_tpot_by_concurrency_applies_the_per_batch_size_table() -> None:
     result = decide(profile)
     config = result.speculative_config
     table = config["num_speculative_tokens_per_batch_size"]
-    assert table[-1][2] < table[0][2] == config["num_speculative_tokens"]
+    low = min(table, key=lambda band: band[2])  # the band that drafts least
+    assert low[2] < table[0][2] == config["num_speculative_tokens"]
     base = {key: value for key, value in config.items() if key not in ("num_speculative_tokens_per_batch_size",
                                                                         "num_speculative_tokens")}
     points = {p.k: p for p in map(point_from_replay, profile.replay_sweep)
@@ -187,11 +192,12 @@ def test_tpot_by_concurrency_applies_the_per_batch_size_table() -> None:
     cost = CostModel(resolve_model(result.target.model), resolve_gpu("H100"))
     workload = Workload(1.0, 1.0, varying["input_mean"], varying["output_mean"], 0.0, "test")
     rows = {row.concurrency: row for row in result.tpot_by_concurrency.rows}
-    for concurrency, k in ((1, table[0][2]), (256, table[-1][2])):
+    in_low = next(c for c in sorted(rows) if low[0] <= c <= low[1])
+    for concurrency, k in ((1, table[0][2]), (in_low, low[2])):
         expected = closed_loop_point(cost, workload, concurrency, points[k]).tpot_ms
         assert rows[concurrency].speculative_tpot_ms == round(expected, 3)
-    largest_k = closed_loop_point(cost, workload, 256, points[table[0][2]]).tpot_ms
-    assert rows[256].speculative_tpot_ms != round(largest_k, 3)
+    largest_k = closed_loop_point(cost, workload, in_low, points[table[0][2]]).tpot_ms
+    assert rows[in_low].speculative_tpot_ms != round(largest_k, 3)
 
 
 def _draft_entries(p: float, params: int) -> list[dict]:

@@ -42,7 +42,8 @@ SYNTHETIC_RATES = {
 # vllm/engine/arg_utils.py), which the measurement servers ran with; --max-num-seqs was 256.
 BENCH_MAX_BATCHED_TOKENS = 8192
 # --max-num-seqs of each run's servers (README.md): it bounds the batch and sets the largest captured CUDA graph
-MAX_NUM_SEQS_BY_RUN = {"w1-2026-12-02": 128, "reference-2026-12-02": 256, "w2-2026-12-03": 256}
+MAX_NUM_SEQS_BY_RUN = {"w1-2026-12-02": 128, "reference-2026-12-02": 256, "w2-2026-12-03": 256,
+                      "w3-2026-12-03": 256}
 
 
 def measured_shape(name: str, data_dir: Path = DATA_DIR) -> ModelSpec:
