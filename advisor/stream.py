@@ -103,7 +103,7 @@ class MeasuredChunk:
 
     facts: list[Facts]
     measured: list[Measured]
-    stats: Any  # advisor.ingest.IngestStats
+    stats: ingest.IngestStats
     bad_records: int
     tokenizer_used: bool
 
@@ -299,7 +299,7 @@ def _batches(parts: Iterable[Request | ingest.LineChunk]) -> Iterator[Job]:
 
 
 def collect(parts: Iterable[Request | ingest.LineChunk], options: StreamOptions, tokenizer_state: dict[str, Any],
-            workers: int = 1, progress: Progress | None = None, *, stats: Any | None = None,
+            workers: int = 1, progress: Progress | None = None, *, stats: ingest.IngestStats | None = None,
             strict: bool = False) -> Collected:
     """Streams `parts` into a Collected, measuring on `workers` processes (1: in this process).
 
@@ -346,7 +346,7 @@ class _Crossings:
     workers' own contexts (a conversation id is taken to belong to one file's format).
     """
 
-    def __init__(self, stats: Any):
+    def __init__(self, stats: ingest.IngestStats):
         self.stats = stats
         self.context = state.ContextOutputs(CONTEXT_TOKEN_BUDGET)
         self.recomputed = 0

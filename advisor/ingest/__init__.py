@@ -300,7 +300,9 @@ def read_parts(
 ) -> Iterator[Request | LineChunk]:
     """`read_requests`, except that each file in a LINE_READERS format comes as LineChunks of raw lines, read
     here and parsed elsewhere (`parse_chunk`, in worker processes): the caller absorbs their ParsedChunks into
-    `stats` in order and checks each file's end; only `stats.formats` is filled here for those files."""
+    `stats` in order and checks each file's end; only `stats.formats` is filled here for those files. Reading
+    runs ahead of the parsing, so an error reading a later file (missing, cut) can be raised before a
+    --strict bad record or a no-request error of chunks still being parsed: the run fails either way."""
     return _read(paths, fmt, strict, hash_block_size, stats, chunked=True)
 
 
