@@ -39,6 +39,10 @@ class BadRecordError(AdvisorError):
         self.reason = reason
         super().__init__(f"{source}:{line}: {reason}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, int, str]]:
+        """Pickled by its three fields: a `--workers` process that parses lines raises it in the main one."""
+        return type(self), (self.source, self.line, self.reason)
+
 
 class TokenizerError(AdvisorError):
     """A tokenizer, chat template or model config could not be found or loaded offline."""

@@ -27,7 +27,7 @@ from typing import Any
 
 from advisor import stream
 from advisor.errors import AdvisorError, ConfigError
-from advisor.ingest import IngestStats, read_requests, shard_paths
+from advisor.ingest import IngestStats, read_parts, read_requests, shard_paths
 
 # The local cluster started when no address is given (`ray.init()` with every core of this machine).
 LOCAL = "local"
@@ -58,8 +58,9 @@ def collect_shard(paths: Sequence[str], fmt: str | None, strict: bool, options: 
     caller (a tokenizer it loaded already is used, the one loaded here stays in it)."""
     stats = IngestStats()
     tokenizer_state = {} if tokenizer_state is None else tokenizer_state
-    requests = read_requests(list(paths), fmt, strict=strict, hash_block_size=options.hash_block_size, stats=stats)
-    collected = stream.collect(requests, options, tokenizer_state, workers, progress)
+    read = read_parts if workers > 1 else read_requests  # with workers, they parse the JSON Lines files
+    parts = read(list(paths), fmt, strict=strict, hash_block_size=options.hash_block_size, stats=stats)
+    collected = stream.collect(parts, options, tokenizer_state, workers, progress, stats=stats, strict=strict)
     info = tokenizer_state["tokenizer"].info if "tokenizer" in tokenizer_state else None
     return Shard(collected, stats, info)
 

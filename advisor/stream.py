@@ -5,25 +5,35 @@ the block-hash chain, the n-gram overlap counts) is `measure_batch`; the light p
 file order in the main process) appends the results to `Collected`: packed columns, the chain store and
 the replay reservoir (advisor.measure.state). Nothing keeps a Python object per request.
 
-With `workers` > 1 the heavy part runs in worker processes (tokenization holds the GIL). Requests are
-routed by conversation, so a conversation's turns meet its earlier outputs (the overlap's context) and
-its cached pieces in the same worker; results come back per batch and are collected in file order, so
-the report is the serial run's exactly (tests/test_stream.py). Memory per worker: its tokenizer and piece
-cache and its share of the context budget.
+With `workers` > 1 the heavy part runs in worker processes (tokenization holds the GIL). Files in a JSON
+Lines format (`advisor.ingest.LINE_READERS`: openai, bench-custom, mooncake) go to the workers as chunks of
+raw lines (`ingest.read_parts`), one chunk to one worker in turn, so parsing leaves the main process too:
+a worker decodes and parses its chunk (`ingest.parse_chunk`: the problems with their line numbers), and
+measures it with the earlier outputs of the chunk's own conversations; the main process absorbs the
+chunks' ingest stats in file order and recomputes the overlap counts of the requests whose conversation
+had outputs before the chunk (`_Crossings`), so the counts are the serial run's. Requests of the other
+formats are batched and routed by conversation, so a conversation's turns meet its earlier outputs (the
+overlap's context) and its cached pieces in the same worker. Results come back per job and are collected
+in file order, so the report is the serial run's exactly (tests/test_stream.py). Memory per worker: its
+tokenizer and piece cache, its share of the context budget, one chunk's outputs.
 """
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import queue
+import sys
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from advisor import ingest
+from advisor.errors import AdvisorError
 from advisor.measure import overlap, prefix, state
-from advisor.record import Request, pickled_by_fields
+from advisor.record import Request, SamplingParams, pickled_by_fields
 
 BATCH_REQUESTS = 256
 OVERLAP_MAX_N = 5
@@ -64,6 +74,38 @@ class Measured:
     with_context: bool
     prompt_ids: np.ndarray | None
     output_ids: np.ndarray | None
+
+
+@pickled_by_fields
+@dataclass(slots=True)
+class Facts:
+    """The fields of a Request that the collection reads (`collect_batch`), under the same names: what a worker
+    that parsed the request itself sends back instead of the request with all its text."""
+
+    source: str
+    timestamp: float | None
+    latency_s: float | None
+    prompt_tokens: int | None
+    sampling: SamplingParams
+    conversation_id: str | None
+
+    @classmethod
+    def of(cls, request: Request) -> Facts:
+        return cls(request.source, request.timestamp, request.latency_s, request.prompt_tokens, request.sampling,
+                   request.conversation_id)
+
+
+@dataclass
+class MeasuredChunk:
+    """A worker's results for one chunk of raw lines: its requests' facts and measurements, the chunk's ingest
+    stats and bad-record count (ingest.ParsedChunk without the requests), and whether the worker holds a
+    tokenizer it loaded for text (then the report names it, as after a serial run)."""
+
+    facts: list[Facts]
+    measured: list[Measured]
+    stats: ingest.IngestStats
+    bad_records: int
+    tokenizer_used: bool
 
 
 class Collected:
@@ -150,11 +192,12 @@ def sample_key(request: Request) -> str:
 
 
 def load_request_tokenizer(options: StreamOptions, tokenizer_state: dict[str, Any]):
-    """Loads the tokenizer at the first request with text: token-free traces never need one."""
+    """Loads the tokenizer at the first request with text: token-free traces never need one. One loaded
+    already for the purpose (a worker's, inherited through fork) waits under "preloaded" until then."""
     if "request_tokenizer" not in tokenizer_state:
         from advisor.tokenize import RequestTokenizer, load_tokenizer
 
-        tokenizer = load_tokenizer(options.tokenizer, options.model)
+        tokenizer = tokenizer_state.pop("preloaded", None) or load_tokenizer(options.tokenizer, options.model)
         tokenizer_state["tokenizer"] = tokenizer
         tokenizer_state["request_tokenizer"] = RequestTokenizer(tokenizer)
     return tokenizer_state["request_tokenizer"]
@@ -205,7 +248,7 @@ def measure_batch(batch: list[Request], options: StreamOptions, tokenizer_state:
     return results
 
 
-def collect_batch(batch: list[Request], measured: list[Measured], out: Collected) -> None:
+def collect_batch(batch: Sequence[Request | Facts], measured: list[Measured], out: Collected) -> None:
     """Appends one batch's results to `out`, in file order."""
     timestamps, latencies, logged, shares4 = [], [], [], []
     for index, (request, result) in enumerate(zip(batch, measured)):
@@ -234,10 +277,20 @@ def collect_batch(batch: list[Request], measured: list[Measured], out: Collected
     out.rows += len(batch)
 
 
-def _batches(requests: Iterable[Request]) -> Iterator[list[Request]]:
+Job = list[Request] | ingest.LineChunk  # a batch of requests, or a chunk of a file's raw lines
+
+
+def _batches(parts: Iterable[Request | ingest.LineChunk]) -> Iterator[Job]:
+    """Requests in batches of BATCH_REQUESTS; a chunk of lines as it is (the batch before it cut short)."""
     batch: list[Request] = []
-    for request in requests:
-        batch.append(request)
+    for part in parts:
+        if isinstance(part, ingest.LineChunk):
+            if batch:
+                yield batch
+                batch = []
+            yield part
+            continue
+        batch.append(part)
         if len(batch) >= BATCH_REQUESTS:
             yield batch
             batch = []
@@ -245,19 +298,32 @@ def _batches(requests: Iterable[Request]) -> Iterator[list[Request]]:
         yield batch
 
 
-def collect(requests: Iterable[Request], options: StreamOptions, tokenizer_state: dict[str, Any],
-            workers: int = 1, progress: Progress | None = None) -> Collected:
-    """Streams `requests` into a Collected, measuring on `workers` processes (1: in this process)."""
+def collect(parts: Iterable[Request | ingest.LineChunk], options: StreamOptions, tokenizer_state: dict[str, Any],
+            workers: int = 1, progress: Progress | None = None, *, stats: ingest.IngestStats | None = None,
+            strict: bool = False) -> Collected:
+    """Streams `parts` into a Collected, measuring on `workers` processes (1: in this process).
+
+    `parts`: requests (`ingest.read_requests`), or with workers `ingest.read_parts`, whose chunks of raw lines
+    the workers parse (under `strict`): their ingest stats are absorbed into `stats` in file order.
+    """
     out = Collected(options.seed)
     if workers <= 1:
         context = state.ContextOutputs(CONTEXT_TOKEN_BUDGET)
-        for batch in _batches(requests):
+        for batch in _batches(parts):
+            assert not isinstance(batch, ingest.LineChunk), "chunks of lines are parsed by workers"
             collect_batch(batch, measure_batch(batch, options, tokenizer_state, context), out)
             if progress:
                 progress(len(batch))
     else:
-        with _WorkerPool(workers, options, tokenizer_state) as pool:
-            for batch, measured in pool.map(_batches(requests)):
+        crossings = _Crossings(ingest.IngestStats() if stats is None else stats)
+        with _WorkerPool(workers, options, tokenizer_state, strict) as pool:
+            for job, result in pool.map(_batches(parts)):
+                if isinstance(result, MeasuredChunk):
+                    crossings.absorb(job, result)  # type: ignore[arg-type]
+                    batch: Sequence[Request | Facts] = result.facts
+                    measured = result.measured
+                else:
+                    batch, measured = job, result  # type: ignore[assignment]
                 collect_batch(batch, measured, out)
                 if progress:
                     progress(len(batch))
@@ -267,51 +333,122 @@ def collect(requests: Iterable[Request], options: StreamOptions, tokenizer_state
     return out
 
 
-def _worker_main(inbox: Any, outbox: Any, options: StreamOptions, context_budget: int, tokenizer: Any) -> None:
-    """A worker: measures the shards it is sent, in order, until it receives None.
+class _Crossings:
+    """The main process's side of the chunks of lines, absorbed in file order: their ingest stats, each file's
+    check that it gave a request, and the overlap counts of conversations that cross chunks.
 
-    `tokenizer`: the main process's, inherited through fork (None: the worker loads its own when needed).
+    A worker measures a chunk with the earlier outputs of the chunk's conversations only (an unbounded
+    context: the chunk's results hold those outputs anyway). This keeps the serial run's context (the same
+    LRU, the same budget, the same calls in the same order): where its earlier outputs of a conversation are
+    not exactly the ones the chunk had before the request (more: the conversation began before the chunk;
+    fewer: the LRU dropped it), the counts are computed again here with the serial context's outputs. The
+    context only grows from chunks: with other formats in the same run, their conversations stay in the
+    workers' own contexts (a conversation id is taken to belong to one file's format).
     """
-    tokenizer_state: dict[str, Any] = {}
-    if tokenizer is not None:
-        from advisor.tokenize import RequestTokenizer
 
-        tokenizer_state.update(tokenizer=tokenizer, request_tokenizer=RequestTokenizer(tokenizer))
+    def __init__(self, stats: ingest.IngestStats):
+        self.stats = stats
+        self.context = state.ContextOutputs(CONTEXT_TOKEN_BUDGET)
+        self.recomputed = 0
+        self._file_first_problem = 0
+        self._file_requests = 0
+        self._file_bad = 0
+
+    def absorb(self, chunk: ingest.LineChunk, result: MeasuredChunk) -> None:
+        if chunk.first:
+            self._file_first_problem = len(self.stats.problems)
+            self._file_requests = self._file_bad = 0
+        self.stats.absorb(result.stats)
+        self._file_requests += len(result.facts)
+        self._file_bad += result.bad_records
+        if chunk.last and not self._file_requests:
+            first = self._file_first_problem
+            raise ingest.no_request_error(chunk.name, chunk.fmt, self._file_bad,
+                                          self.stats.problems[first:first + ingest.MAX_SHOWN])
+        in_chunk: dict[str, int] = {}
+        for facts, measured in zip(result.facts, result.measured):
+            conversation = facts.conversation_id
+            if measured.overlap_counts is None or conversation is None:
+                continue
+            earlier = self.context.earlier(conversation)
+            seen = in_chunk.get(conversation, 0)
+            if len(earlier) != seen:
+                measured.overlap_counts = overlap.overlap_counts(measured.prompt_ids, measured.output_ids, earlier,
+                                                                 OVERLAP_MAX_N)
+                self.recomputed += 1
+            in_chunk[conversation] = seen + 1
+            self.context.add(conversation, measured.output_ids)
+
+
+def _measure_chunk(chunk: ingest.LineChunk, options: StreamOptions, strict: bool,
+                   tokenizer_state: dict[str, Any]) -> MeasuredChunk:
+    """A worker's job for a chunk of raw lines: parse it, measure its requests with the chunk's own context."""
+    parsed = ingest.parse_chunk(chunk, strict, options.hash_block_size)
+    measured = measure_batch(parsed.requests, options, tokenizer_state, state.ContextOutputs(sys.maxsize))
+    return MeasuredChunk([Facts.of(request) for request in parsed.requests], measured, parsed.stats,
+                         parsed.bad_records, "tokenizer" in tokenizer_state)
+
+
+def _worker_main(inbox: Any, outbox: Any, options: StreamOptions, strict: bool, context_budget: int,
+                 tokenizer: Any) -> None:
+    """A worker: measures the jobs it is sent (a shard of a batch of requests, or a chunk of lines), in order,
+    until it receives None.
+
+    `tokenizer`: the main process's, inherited through fork (None: the worker loads its own when needed);
+    taken up at the first request with text, as in one process.
+    """
+    tokenizer_state: dict[str, Any] = {} if tokenizer is None else {"preloaded": tokenizer}
     context = state.ContextOutputs(context_budget)
     while True:
-        shard = inbox.get()
-        if shard is None:
+        job = inbox.get()
+        if job is None:
             return
         try:
-            outbox.put(("ok", measure_batch(shard, options, tokenizer_state, context)))
+            if isinstance(job, ingest.LineChunk):
+                outbox.put(("ok", _measure_chunk(job, options, strict, tokenizer_state)))
+            else:
+                outbox.put(("ok", measure_batch(job, options, tokenizer_state, context)))
         except BaseException as error:  # noqa: BLE001 - re-raised in the main process
             outbox.put(("error", error))
             return
 
 
 class _WorkerPool:
-    """N processes, each owning the conversations whose key hashes to it (so their context stays whole)."""
+    """N processes, each owning the conversations whose key hashes to it (so their context stays whole), and
+    taking the chunks of lines in turn."""
 
-    def __init__(self, workers: int, options: StreamOptions, tokenizer_state: dict[str, Any]):
+    def __init__(self, workers: int, options: StreamOptions, tokenizer_state: dict[str, Any], strict: bool):
         self.workers = workers
         self.options = options
         self.tokenizer_state = tokenizer_state
+        self.strict = strict
+        self.preloaded: Any = None  # a tokenizer loaded before the fork for the workers' chunks of text
         self.inboxes: list[Any] = []
         self.outboxes: list[Any] = []
         self.processes: list[Any] = []
+        self._turn = itertools.cycle(range(workers))
 
-    def _start(self) -> None:
-        """Starts the workers (at the first batch, so that a fork inherits the tokenizer loaded for it)."""
+    def _start(self, first: Job) -> None:
+        """Starts the workers (at the first job, so that a fork inherits the tokenizer loaded for it: by the
+        main process for a batch with text, here for a chunk of a format with text)."""
         fork = "fork" in multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("fork" if fork else "spawn")
-        tokenizer = self.tokenizer_state.get("tokenizer") if fork else None
+        tokenizer = self.tokenizer_state.get("tokenizer")
+        if tokenizer is None and fork and isinstance(first, ingest.LineChunk) and first.fmt not in ingest.TOKEN_FREE:
+            from advisor.tokenize import load_tokenizer
+
+            try:
+                self.preloaded = tokenizer = load_tokenizer(self.options.tokenizer, self.options.model)
+            except AdvisorError:
+                pass  # the workers load it when a request needs it, and fail there as one process would
         # Queues, not bare pipes: their feeder threads buffer, so sending ahead never blocks on a worker
         # that is itself blocked sending a result.
         self.inboxes = [context.Queue() for _ in range(self.workers)]
         self.outboxes = [context.Queue() for _ in range(self.workers)]
         self.processes = [
             context.Process(target=_worker_main, daemon=True, args=(
-                inbox, outbox, self.options, CONTEXT_TOKEN_BUDGET // self.workers, tokenizer))
+                inbox, outbox, self.options, self.strict, CONTEXT_TOKEN_BUDGET // self.workers,
+                tokenizer if fork else None))
             for inbox, outbox in zip(self.inboxes, self.outboxes)
         ]
         for process in self.processes:
@@ -337,34 +474,49 @@ class _WorkerPool:
             shards[zlib.crc32(key.encode("utf-8", "surrogatepass")) % len(shards)].append(index)
         return shards
 
-    def map(self, batches: Iterator[list[Request]]) -> Iterator[tuple[list[Request], list[Measured]]]:
-        """(batch, its results) in order; up to IN_FLIGHT_PER_WORKER batches ahead are being measured."""
-        pending: list[tuple[list[Request], list[list[int]]]] = []
-        next_row = 0
+    def _send(self, job: Job, next_row: int) -> list[list[int]] | int:
+        """Sends a job: a chunk to the next worker in turn (returns the worker), a batch's requests to their
+        conversations' workers (returns the batch's indices per worker)."""
+        if isinstance(job, ingest.LineChunk):
+            if not self.processes:
+                self._start(job)
+            worker = next(self._turn)
+            self.inboxes[worker].put(job)
+            return worker
+        if "tokenizer" not in self.tokenizer_state and any(
+            r.needs_tokenizer or (self.options.tokenizer is not None and _has_ids(r)) for r in job
+        ):
+            load_request_tokenizer(self.options, self.tokenizer_state)  # the report names it
+        if not self.processes:
+            self._start(job)
+        shards = self._route(job, next_row)
+        for inbox, indices in zip(self.inboxes, shards):
+            if indices:
+                inbox.put([job[i] for i in indices])
+        return shards
+
+    def map(self, jobs: Iterator[Job]) -> Iterator[tuple[Job, list[Measured] | MeasuredChunk]]:
+        """(job, its results) in order; up to IN_FLIGHT_PER_WORKER jobs per worker ahead are being measured."""
+        pending: list[tuple[Job, list[list[int]] | int]] = []
+        next_row = 0  # requests of the batches sent (the routing key of requests without a conversation)
         limit = IN_FLIGHT_PER_WORKER * self.workers
         exhausted = False
         while True:
             while not exhausted and len(pending) < limit:
-                batch = next(batches, None)
-                if batch is None:
+                job = next(jobs, None)
+                if job is None:
                     exhausted = True
                     break
-                if "tokenizer" not in self.tokenizer_state and any(
-                    r.needs_tokenizer or (self.options.tokenizer is not None and _has_ids(r)) for r in batch
-                ):
-                    load_request_tokenizer(self.options, self.tokenizer_state)  # the report names it
-                if not self.processes:
-                    self._start()
-                shards = self._route(batch, next_row)
-                next_row += len(batch)
-                for inbox, indices in zip(self.inboxes, shards):
-                    if indices:
-                        inbox.put([batch[i] for i in indices])
-                pending.append((batch, shards))
+                pending.append((job, self._send(job, next_row)))
+                if not isinstance(job, ingest.LineChunk):
+                    next_row += len(job)
             if not pending:
                 return
-            batch, shards = pending.pop(0)
-            measured: list[Measured | None] = [None] * len(batch)
+            job, shards = pending.pop(0)
+            if isinstance(shards, int):
+                yield job, self._chunk_result(shards)
+                continue
+            measured: list[Measured | None] = [None] * len(job)
             for outbox, process, indices in zip(self.outboxes, self.processes, shards):
                 if not indices:
                     continue
@@ -373,7 +525,18 @@ class _WorkerPool:
                     raise payload
                 for index, result in zip(indices, payload):
                     measured[index] = result
-            yield batch, measured  # type: ignore[misc]
+            yield job, measured  # type: ignore[misc]
+
+    def _chunk_result(self, worker: int) -> MeasuredChunk:
+        """A chunk's results from its worker; the tokenizer it used is then the run's (the report names it)."""
+        status, payload = _receive(self.outboxes[worker], self.processes[worker])
+        if status == "error":
+            raise payload
+        if payload.tokenizer_used and "request_tokenizer" not in self.tokenizer_state:
+            if self.preloaded is not None:
+                self.tokenizer_state["preloaded"] = self.preloaded
+            load_request_tokenizer(self.options, self.tokenizer_state)
+        return payload
 
 
 def _receive(outbox: Any, process: Any) -> tuple[str, Any]:

@@ -10,8 +10,9 @@ Then `advise` runs end to end as a child process (CLI, engine included, JSON rep
 the default run and `--no-replay`, and with --workers N also the default run on N worker processes. For
 each: wall seconds, ratio floor / advise (1.0 = as fast as the tokenizer alone on distinct text; higher is
 impossible), the child's peak RSS (os.wait4) and its CPU seconds with the CPU ratio (floor CPU / advise CPU,
-steadier than wall time when other work shares the cores; with workers it counts every process). For a token-free trace (nothing to
-encode) the floor is reading the log. Check `uptime` first: the ratio compares two runs on the same
+steadier than wall time when other work shares the cores; with workers it counts every process, and the
+main process's own CPU seconds and share of the total are printed too: the part that does not spread over
+the workers). For a token-free trace (nothing to encode) the floor is reading the log. Check `uptime` first: the ratio compares two runs on the same
 machine, so a load change between them moves it.
 
     python scripts/bench_profile.py ../shared/data/sharegpt_v3_subset.json
@@ -91,21 +92,45 @@ def tokenization_floor(paths: list[str], tokenizer_spec: str | None) -> Floor:
     return Floor(len(seen), tokens, encode_s, encode_cpu_s, time.perf_counter() - start - encode_s)
 
 
-def run_advise(paths: list[str], extra: list[str], tokenizer_spec: str | None) -> tuple[float, float, float]:
-    """(wall seconds, peak RSS in MiB, CPU seconds) of `advise` end to end in a child process (with its
-    worker processes: Linux's wait4 counts the reaped descendants too)."""
+# The child runs the CLI and, as it ends, writes its own CPU seconds (RUSAGE_SELF: the main process and its
+# threads, not the worker processes, which leave through os._exit without running this `finally`).
+CHILD = """import os, resource
+from advisor.cli import main
+try:
+    main()
+finally:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    with open(os.environ["BENCH_MAIN_CPU"], "w") as out:
+        out.write(repr(usage.ru_utime + usage.ru_stime))
+"""
+
+
+@dataclass(frozen=True)
+class Run:
+    seconds: float  # wall
+    peak_mib: float  # peak RSS of the child or of any of its worker processes
+    cpu_s: float  # the child's CPU seconds with its worker processes'
+    main_cpu_s: float  # the child's own (with --workers: what is left of the work in the main process)
+
+
+def run_advise(paths: list[str], extra: list[str], tokenizer_spec: str | None) -> Run:
+    """`advise` end to end in a child process (with its worker processes: Linux's wait4 counts the reaped
+    descendants too)."""
     with tempfile.TemporaryDirectory() as scratch:
-        command = [sys.executable, "-c", "from advisor.cli import main; main()", "profile", *paths, "--no-progress",
+        command = [sys.executable, "-c", CHILD, "profile", *paths, "--no-progress",
                    "-o", os.path.join(scratch, "report.json"), *extra]
         if tokenizer_spec:
             command += ["--tokenizer", tokenizer_spec]
+        main_cpu_file = os.path.join(scratch, "main_cpu")
         start = time.perf_counter()
-        child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, env={**os.environ, "BENCH_MAIN_CPU": main_cpu_file})
         _, status, usage = os.wait4(child.pid, 0)
         elapsed = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"advise {' '.join(extra)} failed with exit code {os.waitstatus_to_exitcode(status)}")
-    return elapsed, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"advise {' '.join(extra)} failed with exit code {os.waitstatus_to_exitcode(status)}")
+        with open(main_cpu_file) as handle:
+            main_cpu_s = float(handle.read())
+    return Run(elapsed, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, main_cpu_s)
 
 
 def main() -> None:
@@ -137,10 +162,12 @@ def main() -> None:
         print(f"floor: no text in the log; reading it takes {floor_s:.2f} s")
     timings: dict[str, float] = {}
     for name, extra in runs.items():
-        seconds, peak_mib, cpu_s = run_advise(args.logs, extra, args.tokenizer)
-        timings[name] = seconds
-        print(f"advise {name}: {seconds:.2f} s, ratio floor / advise {floor_s / seconds:.3f},"
-              f" peak RSS {peak_mib:,.0f} MiB, CPU {cpu_s:.1f} s (CPU ratio {floor_cpu_s / cpu_s:.3f})")
+        run = run_advise(args.logs, extra, args.tokenizer)
+        timings[name] = run.seconds
+        print(f"advise {name}: {run.seconds:.2f} s, ratio floor / advise {floor_s / run.seconds:.3f},"
+              f" peak RSS {run.peak_mib:,.0f} MiB, CPU {run.cpu_s:.1f} s (CPU ratio {floor_cpu_s / run.cpu_s:.3f})"
+              + (f", main process {run.main_cpu_s:.1f} s CPU ({run.main_cpu_s / run.cpu_s:.0%} of it)"
+                 if "workers" in name else ""))
     for count in worker_counts:
         one, many = timings["default"], timings[f"default, {count} workers"]
         print(f"speed-up with {count} workers: {one / many:.2f}x")

@@ -182,3 +182,24 @@ def test_open_loop_obeys_littles_law() -> None:
 def test_whatif_rejects_impossible_acceptance() -> None:
     with pytest.raises(ConfigError):
         whatif("meta-llama/Llama-3.1-8B", "H200", 2, 3.5, [1])
+
+
+def test_memoized_solves_are_the_fresh_solves() -> None:
+    """Step times and open-loop solves are memoized per CostModel: every argument must be in the key, so a
+    warmed model answers each variation with the exact float a fresh model computes."""
+    model, gpu = resolve_model("meta-llama/Llama-3.1-8B-Instruct"), resolve_gpu("H200")
+    warmed = CostModel(model, gpu)
+    base = dict(request_rate=4.0, input_len=1500.0, output_len=300.0)
+    variations = [{}, {"tokens_per_seq": 3.0, "tokens_per_step": 2.2, "speculative": True},
+                  {"async_scheduling": True}, {"cached_share": 0.4}, {"max_batch": 64}, {"max_batched_tokens": 2048},
+                  {"step_scale": 1.1}, {"request_rate": 40.0}, {"input_len": 200.0}, {"output_len": 50.0}]
+    for variation in variations + variations:  # the second round is answered from the memo
+        arguments = {**base, **variation}
+        assert warmed.open_loop(**arguments) == CostModel(model, gpu).open_loop(**arguments)
+    load = StepLoad(batch=32, tokens_per_seq=1.0, mean_context=2000.0)
+    for other in (load, StepLoad(batch=32, tokens_per_seq=1.0, mean_context=2000.0, scale=1.2), load):
+        assert warmed.step_ms(other) == CostModel(model, gpu).step_ms(other)
+    # A draft function is no key: its solve is never taken from (or put in) the memo.
+    drafted = warmed.open_loop(**base, draft_for_batch=lambda batch: 2.0)
+    assert drafted != warmed.open_loop(**base)
+    assert drafted == CostModel(model, gpu).open_loop(**base, draft_for_batch=lambda batch: 2.0)

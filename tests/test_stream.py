@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from advisor import stream
+from advisor.ingest import IngestStats
 from advisor.measure import overlap, state
 from advisor.measure.prefix import PrefixBlocks
 from advisor.measure.sampling import sampling_summary, summary_from_counts
@@ -49,6 +50,98 @@ def test_sharegpt_workers_route_conversations_whole(real_file):
     parallel = build_profile(options, workers=3).report.to_dict()
     assert serial["overlap"]["context_requests"] > 0
     assert_same(serial, parallel)
+
+
+def _chat_log(real_file, path, bad_lines: dict[int, bytes], fmt: str = "openai") -> None:
+    """A JSON Lines log (openai chat records or bench-custom prompts) from the real ShareGPT conversations,
+    turns of a conversation on consecutive lines (so conversations cross the 256-line chunks), with the
+    given raw lines put in at those line numbers (1-based)."""
+    import orjson
+
+    from advisor.ingest import read_requests
+
+    requests = [r for r in read_requests([str(real_file("sharegpt_v3_subset.json"))])
+                if r.messages is not None and r.completion is not None][:900]
+    lines = []
+    for index, request in enumerate(requests):
+        if fmt == "openai":
+            record = {"id": f"r{index}", "timestamp": 1_767_225_600 + index * 0.5,
+                      "conversation_id": request.conversation_id,
+                      "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+                      "completion": request.completion}
+        else:
+            record = {"prompt": request.messages[-1].content, "output_tokens": 10 + index % 50}
+        lines.append(orjson.dumps(record))
+    for number in sorted(bad_lines):
+        lines.insert(number - 1, bad_lines[number])
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+
+BAD_LINES = {3: b'{"messages": [', 256: b"", 257: b'"a string"', 258: b'{"id": "x", "messages": 5}',
+             513: b'{"completion": "\xff\xfe"}', 514: b"\xff\xfe not utf-8", 700: b"[1, 2]"}
+
+
+@pytest.mark.parametrize("fmt", ["openai", "bench-custom"])
+def test_workers_parse_json_lines_as_one_process(real_file, tmp_path, fmt):
+    """JSON Lines go to the workers as chunks of raw lines: the same report, bad lines with the same file:line
+    in the same order, and overlap counts of conversations that cross the chunks (recomputed in the main
+    process) equal to one process's."""
+    path = tmp_path / f"chat.{fmt}.jsonl"
+    _chat_log(real_file, path, BAD_LINES, fmt)
+    options = ProfileOptions(paths=(str(path),), fmt=fmt, replay=False, recommend=False)
+    serial = build_profile(options).report.to_dict()
+    problems = serial["inputs"]["problems"] if "problems" in serial["inputs"] else None
+    for workers in (2, 3):
+        assert_same(serial, build_profile(options, workers=workers).report.to_dict())
+    text = str(serial)
+    assert all(f"{path}:{line}:" in text for line in (3, 257, 258, 514, 700)), problems
+    if fmt == "openai":
+        assert serial["overlap"]["context_requests"] > 0
+
+
+def test_workers_recompute_the_overlaps_that_cross_chunks(real_file, tmp_path):
+    """The counts of requests whose conversation began in an earlier chunk are the serial ones (and differ
+    from what the chunk alone gives: the test would catch counts left as the worker found them)."""
+    from advisor.ingest import read_parts
+
+    path = tmp_path / "chat.jsonl"
+    _chat_log(real_file, path, {})
+    options = stream.StreamOptions(tokenizer=None, model=None, block_size=16, hash_block_size=512, seed=0)
+    from advisor.ingest import read_requests
+
+    serial = stream.collect(read_requests([str(path)]), options, {})
+    stats = IngestStats()
+    parallel = stream.collect(read_parts([str(path)], stats=stats), options, {}, workers=2, stats=stats)
+    np.testing.assert_array_equal(parallel.overlap_counts.values, serial.overlap_counts.values)
+    np.testing.assert_array_equal(parallel.overlap_with_context.values, serial.overlap_with_context.values)
+    assert stats.requests == serial.rows
+    # Each chunk alone (one process per chunk, no earlier outputs) gives other counts at the chunks' seams.
+    alone = [stream._measure_chunk(part, options, False, {}) for part in read_parts([str(path)])]
+    counts = np.concatenate([m.overlap_counts.ravel() for chunk in alone for m in chunk.measured
+                             if m.overlap_counts is not None])
+    assert not np.array_equal(counts, serial.overlap_counts.values)
+
+
+def test_workers_report_bad_json_lines_as_one_process(tmp_path):
+    """A file without a usable line: the same error with workers; under --strict the first bad line's."""
+    from advisor.errors import BadRecordError, InputError
+
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b'{"prompt": 5, "output_tokens": 3}\n\n{"prompt": \n' * 200)
+    errors = []
+    for workers in (1, 2):
+        with pytest.raises(InputError) as caught:
+            build_profile(ProfileOptions(paths=(str(path),), fmt="bench-custom"), workers=workers)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] and "400 bad records" in errors[0]
+    good = tmp_path / "good.jsonl"
+    good.write_bytes(b'{"prompt": "hi", "output_tokens": 3}\n' * 600 + b'{"prompt": 7, "output_tokens": 3}\n')
+    strict = []
+    for workers in (1, 2):
+        with pytest.raises(BadRecordError) as caught:
+            build_profile(ProfileOptions(paths=(str(good),), fmt="bench-custom", strict=True), workers=workers)
+        strict.append((str(caught.value), caught.value.line))
+    assert strict[0] == strict[1] and strict[0][1] == 601
 
 
 def _chain(blocks: int, salt: int) -> PrefixBlocks:

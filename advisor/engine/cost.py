@@ -21,6 +21,7 @@ points in advisor/data/measurements/ (CostModel.step_terms gives each point's fe
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from advisor.engine.knowledge import DraftSpec
@@ -76,6 +77,7 @@ H200_CALIBRATION = Calibration(
 )
 
 
+@functools.lru_cache(maxsize=None)  # pure, and called for every priced step with a handful of distinct arguments
 def captured_graph_max(ceiling: int, max_num_seqs: int, k: int) -> int:
     """The largest step (tokens) vLLM 0.26 runs as a captured CUDA graph. The capture maximum is
     min(max_num_seqs * (1 + k) * 2, ceiling) (VllmConfig._set_cudagraph_sizes, vllm/config/vllm.py), over the
@@ -151,6 +153,13 @@ class CostModel:
         self.tp = tp
         self.cal = calibration
         self.max_num_seqs = max_num_seqs  # the server's --max-num-seqs: it sets the largest captured CUDA graph
+        # The engine prices the same steps and steady states many times over (every candidate at two rates,
+        # per batch size, per segment; about 24,000 steps, 17,000 of them distinct, for one ShareGPT run).
+        # Step times and open-loop solves are pure functions of their inputs and of the fields above, which
+        # are never reassigned: memoized per model, they return the very floats a fresh solve gives.
+        self._coefficients: dict[str, float] | None = None
+        self._steps: dict[StepLoad, float] = {}
+        self._open_loops: dict[tuple, LoadPoint] = {}
 
     # -- per-token quantities ----------------------------------------------------------------------------
     def weight_bytes(self, tokens_in_step: float) -> float:
@@ -215,6 +224,11 @@ class CostModel:
 
     def coefficients(self) -> dict[str, float]:
         """The calibration as one coefficient per `step_terms` feature (ms per count; 1 / efficiency)."""
+        if self._coefficients is None:
+            self._coefficients = self._calibration_coefficients()
+        return dict(self._coefficients)
+
+    def _calibration_coefficients(self) -> dict[str, float]:
         cal = self.cal
         return {
             "fixed": cal.step_overhead_ms,
@@ -230,11 +244,17 @@ class CostModel:
 
     def step_ms(self, load: StepLoad) -> float:
         """Mean time of one engine step carrying `load` (see the module docstring for the formula)."""
-        coefficients = self.coefficients()
-        step = sum(coefficients[name] * value for name, value in self.step_terms(load).items())
-        if load.async_scheduling:
-            step -= self.cal.async_scheduling_saving_ms
-        return (step + load.draft_ms) * load.scale
+        step = self._steps.get(load)
+        if step is None:
+            if self._coefficients is None:
+                self._coefficients = self._calibration_coefficients()
+            coefficients = self._coefficients
+            step = sum(coefficients[name] * value for name, value in self.step_terms(load).items())
+            if load.async_scheduling:
+                step -= self.cal.async_scheduling_saving_ms
+            step = (step + load.draft_ms) * load.scale
+            self._steps[load] = step
+        return step
 
     def prefill_ms(self, tokens: float, cached_tokens: float = 0.0) -> float:
         """One request's prefill alone (TTFT without queueing): APC hits skip their share of compute."""
@@ -326,7 +346,21 @@ class CostModel:
         new requests only as fast as running ones finish. Prefills share each step's `max_batched_tokens`
         budget with the decodes.
         `draft_for_batch(batch) -> ms` gives model-draft time per step; `step_scale`: `StepLoad.scale`.
+        Solves without a draft function are memoized (the function is no key: two closures may differ).
         """
+        key = (request_rate, input_len, output_len, tokens_per_seq, tokens_per_step, speculative, async_scheduling,
+               cached_share, max_batch, max_batched_tokens, step_scale)
+        if draft_for_batch is None and key in self._open_loops:
+            return self._open_loops[key]
+        solved = self._solve_open_loop(*key, draft_for_batch)
+        if draft_for_batch is None:
+            self._open_loops[key] = solved
+        return solved
+
+    def _solve_open_loop(self, request_rate: float, input_len: float, output_len: float, tokens_per_seq: float,
+                         tokens_per_step: float, speculative: bool, async_scheduling: bool, cached_share: float,
+                         max_batch: int, max_batched_tokens: int, step_scale: float, draft_for_batch) -> LoadPoint:
+        """`open_loop`'s bisection (or the saturated fixed point), unmemoized."""
         output_len = max(output_len, 1.0)  # a request decodes at least the token that ends it (no 0 division)
         computed_prompt = input_len * (1.0 - cached_share)
 

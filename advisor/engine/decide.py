@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from advisor import report as doc
+from advisor.engine import clustering
 from advisor.engine.cost import DEFAULT_MAX_NUM_SEQS, CostModel, LoadPoint
 from advisor.engine.history import MeasuredCalibration, calibrate, log_names
 from advisor.engine.knowledge import drafts_for, prior_for
@@ -488,13 +489,15 @@ SEGMENT_FEATURES = ("input_len", "output_len", "prompt_overlap_4", "prefix_hit_r
 MIN_SEGMENT_REQUESTS = 40
 MIN_SEGMENT_SHARE = 0.05
 MIN_SILHOUETTE = 0.35
-SEGMENT_FIT_SAMPLE = 10_000  # requests the KMeans fit sees at most (seeded sample)
+SEGMENT_FIT_SAMPLE = 10_000  # requests the k-means fit sees at most (seeded sample)
 LOOKUP_OVERLAP = 0.3  # mean output 4-gram overlap from which lookup speculation is worth replaying
 NO_LOOKUP_OVERLAP = 0.1
 
 
 def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> list[doc.Segment]:
-    """Clusters requests (KMeans over log lengths, prompt overlap and prefix hits) when traffic is mixed.
+    """Clusters requests (k-means over log lengths, prompt overlap and prefix hits) when traffic is mixed.
+
+    The fit is advisor.engine.clustering's seeded numpy k-means (scikit-learn's algorithm without its import).
 
     Returns [] for homogeneous traffic: clusters count only when well separated (silhouette >=
     MIN_SILHOUETTE) and each holds at least MIN_SEGMENT_SHARE of the requests.
@@ -510,10 +513,6 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
     matrix = matrix[np.all(np.isfinite(matrix), axis=1)]
     if len(matrix) < 2 * MIN_SEGMENT_REQUESTS:
         return []
-    from sklearn.cluster import KMeans
-    from sklearn.metrics import silhouette_score
-    from threadpoolctl import threadpool_limits
-
     scaled = matrix.copy()
     for index, name in enumerate(columns):
         if name.endswith("_len"):
@@ -527,16 +526,14 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
     if len(scaled) > SEGMENT_FIT_SAMPLE:
         fit_rows = scaled[np.sort(np.random.default_rng(seed).choice(len(scaled), SEGMENT_FIT_SAMPLE, replace=False))]
     best: tuple[float, np.ndarray] | None = None
-    distinct = len(np.unique(fit_rows, axis=0))  # KMeans warns (ConvergenceWarning) for more clusters than points
+    distinct = len(np.unique(fit_rows, axis=0))  # more clusters than distinct points would leave some empty
     for clusters in (k for k in (2, 3, 4) if k <= distinct):
-        # One thread: a 10,000 x 4 fit is milliseconds, and OpenMP threads spinning on a busy machine are not.
-        with threadpool_limits(limits=1):
-            model = KMeans(n_clusters=clusters, n_init=4, random_state=seed).fit(fit_rows)
-            labels = model.labels_ if fit_rows is scaled else model.predict(scaled)
+        model = clustering.kmeans(fit_rows, clusters, n_init=4, seed=seed)
+        labels = model.labels if fit_rows is scaled else model.predict(scaled)
         shares = np.bincount(labels, minlength=clusters) / len(labels)
         if shares.min() < MIN_SEGMENT_SHARE:
             continue
-        score = float(silhouette_score(scaled[sample], labels[sample]))
+        score = clustering.silhouette_score(scaled[sample], labels[sample])
         if score >= MIN_SILHOUETTE and (best is None or score > best[0]):
             best = (score, labels)
     if best is None:

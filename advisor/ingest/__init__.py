@@ -13,20 +13,23 @@ from __future__ import annotations
 import glob
 import os
 import re
-from typing import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import orjson
 
 from advisor.errors import InputError
 from advisor.ingest import (aider, bench_custom, csv_traces, mooncake, openai, openai_batch, otel, sharegpt, swe_agent,
                             vllm_log)
-from advisor.ingest._io import SNIFF_BYTES, UTF8_BOM, IngestStats, Sink, Source, head_records, import_fsspec, is_url
+from advisor.ingest._io import (SNIFF_BYTES, UTF8_BOM, IngestStats, RawLine, Sink, Source, decoded_lines, head_records,
+                                import_fsspec, is_url, json_records, raw_lines)
 from advisor.record import Request
 
 # Skipped-record messages shown with the error of a file that gave no request.
 MAX_SHOWN = 5
 
-__all__ = ["FORMATS", "IngestStats", "detect_format", "expand_paths", "read_requests", "shard_paths"]
+__all__ = ["FORMATS", "IngestStats", "LineChunk", "ParsedChunk", "detect_format", "expand_paths", "no_request_error",
+           "parse_chunk", "read_parts", "read_requests", "shard_paths"]
 
 Reader = Callable[[Source, Sink, int], Iterator[Request]]
 READERS: dict[str, Reader] = {
@@ -40,6 +43,16 @@ READERS: dict[str, Reader] = {
     otel.NAME: otel.read,
     aider.NAME: aider.read,
 }
+# JSON Lines formats whose every record is one line and reads alone: `read_parts` hands their files on as chunks
+# of raw lines, which worker processes decode and parse (`parse_chunk`).
+LINE_READERS: dict[str, Callable[[Iterable[tuple[int, Any]], str, Sink, int], Iterator[Request]]] = {
+    openai.NAME: openai.read_records,
+    bench_custom.NAME: bench_custom.read_records,
+    mooncake.NAME: mooncake.read_records,
+}
+# Formats without text to tokenize (so a pool of workers need not load a tokenizer before it forks).
+TOKEN_FREE = frozenset({mooncake.NAME, csv_traces.AZURE, csv_traces.BURSTGPT})
+CHUNK_LINES = 256
 # Formats read as a group of files: (sources, sinks) -> (index of the file, request) pairs.
 GroupReader = Callable[[Sequence[Source], Sequence[Sink]], Iterator[tuple[int, Request]]]
 GROUP_READERS: dict[str, GroupReader] = {
@@ -223,6 +236,43 @@ def shard_paths(paths: Sequence[str], fmt: str | None = None) -> list[tuple[str,
     return shards
 
 
+@dataclass(frozen=True)
+class LineChunk:
+    """CHUNK_LINES consecutive raw lines of one file in a LINE_READERS format, for `parse_chunk`. `first` and
+    `last` mark the file's first and last chunk (an empty file is one chunk, both): whoever absorbs the
+    parsed chunks in order checks at the last that the file gave a request (`no_request_error`)."""
+
+    fmt: str
+    name: str
+    lines: list[RawLine]
+    first: bool
+    last: bool
+
+
+@dataclass
+class ParsedChunk:
+    """What `parse_chunk` makes of a LineChunk: its requests, and the stats of reading it (to absorb in file
+    order: then they are one reader's stats), with the count of its bad records."""
+
+    requests: list[Request]
+    stats: IngestStats
+    bad_records: int
+
+
+def parse_chunk(chunk: LineChunk, strict: bool, hash_block_size: int) -> ParsedChunk:
+    """Decodes and parses a LineChunk as its format's reader would (the same requests, the same problems with
+    the same line numbers); under `strict` the first bad record raises BadRecordError."""
+    stats = IngestStats()
+    sink = Sink(chunk.name, stats, strict)
+    requests = []
+    records = json_records(decoded_lines(chunk.lines, sink), sink)
+    for request in LINE_READERS[chunk.fmt](records, chunk.name, sink, hash_block_size):
+        stats.requests += 1
+        _count_used(sink, request.source)
+        requests.append(request)
+    return ParsedChunk(requests, stats, sink.bad_records)
+
+
 def read_requests(
     paths: Sequence[str],
     fmt: str | None = None,
@@ -237,6 +287,27 @@ def read_requests(
     skipped and counted in `stats`, or raise `BadRecordError` when `strict`. A file that yields no request
     raises `InputError` naming it and its count of bad records.
     """
+    return _read(paths, fmt, strict, hash_block_size, stats, chunked=False)  # type: ignore[return-value]
+
+
+def read_parts(
+    paths: Sequence[str],
+    fmt: str | None = None,
+    *,
+    strict: bool = False,
+    hash_block_size: int = 512,
+    stats: IngestStats | None = None,
+) -> Iterator[Request | LineChunk]:
+    """`read_requests`, except that each file in a LINE_READERS format comes as LineChunks of raw lines, read
+    here and parsed elsewhere (`parse_chunk`, in worker processes): the caller absorbs their ParsedChunks into
+    `stats` in order and checks each file's end; only `stats.formats` is filled here for those files. Reading
+    runs ahead of the parsing, so an error reading a later file (missing, cut) can be raised before a
+    --strict bad record or a no-request error of chunks still being parsed: the run fails either way."""
+    return _read(paths, fmt, strict, hash_block_size, stats, chunked=True)
+
+
+def _read(paths: Sequence[str], fmt: str | None, strict: bool, hash_block_size: int, stats: IngestStats | None,
+          chunked: bool) -> Iterator[Request | LineChunk]:
     if fmt is not None and fmt not in FORMATS:
         raise InputError(f"unknown format '{fmt}'; expected one of: {', '.join(FORMATS)}")
     stats = stats if stats is not None else IngestStats()
@@ -259,9 +330,24 @@ def read_requests(
                 stats.formats[paths[index]] = name
                 group.append((paths[index], following))
             yield from _read_group(name, group, stats, strict)
+        elif chunked and name in LINE_READERS:
+            yield from _chunks(name, source)
         else:
             yield from _read_one(name, source, stats, strict, hash_block_size)
         index += 1
+
+
+def _chunks(name: str, source: Source) -> Iterator[LineChunk]:
+    """The file's raw lines in LineChunks of CHUNK_LINES (the lines themselves: blank ones too, so that the
+    chunk's parser sees the line numbers and the stream's end as one reader does)."""
+    lines: list[RawLine] = []
+    first = True
+    for line in raw_lines(source):
+        if len(lines) == CHUNK_LINES:
+            yield LineChunk(name, source.name, lines, first, False)
+            lines, first = [], False
+        lines.append(line)
+    yield LineChunk(name, source.name, lines, first, True)
 
 
 def _read_one(name: str, source: Source, stats: IngestStats, strict: bool, hash_block_size: int) -> Iterator[Request]:
@@ -274,7 +360,7 @@ def _read_one(name: str, source: Source, stats: IngestStats, strict: bool, hash_
         _count_used(sink, request.source)
         yield request
     if yielded == 0:
-        raise _nothing(source.name, name, sink.bad_records, stats.problems[first_problem:first_problem + MAX_SHOWN])
+        raise no_request_error(source.name, name, sink.bad_records, stats.problems[first_problem:first_problem + MAX_SHOWN])
 
 
 def _read_group(name: str, group: list[tuple[str, Source]], stats: IngestStats, strict: bool) -> Iterator[Request]:
@@ -290,11 +376,11 @@ def _read_group(name: str, group: list[tuple[str, Source]], stats: IngestStats, 
         yield request
     if yielded == 0:
         names = ", ".join(source.name for _, source in group)
-        raise _nothing(names, name, sum(sink.bad_records for sink in sinks),
+        raise no_request_error(names, name, sum(sink.bad_records for sink in sinks),
                        stats.problems[first_problem:first_problem + MAX_SHOWN])
 
 
-def _nothing(name: str, fmt: str, bad_records: int, shown: list[str]) -> InputError:
+def no_request_error(name: str, fmt: str, bad_records: int, shown: list[str]) -> InputError:
     """The error of a file that gave no request; it prints the first skipped-record messages itself."""
     if bad_records:
         more = bad_records - len(shown)

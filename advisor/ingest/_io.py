@@ -16,7 +16,7 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 import orjson
 
@@ -327,11 +327,28 @@ def _stream_error(exc: BaseException) -> str:
     return str(exc.strerror or exc) if isinstance(exc, OSError) else str(exc)
 
 
-def iter_lines(source: Source, sink: Sink, *, keep_blank: bool = False) -> Iterator[tuple[int, str]]:
-    """Yields (1-based line number, decoded text) of the lines (blank ones only if `keep_blank`).
+@dataclass(frozen=True)
+class LongLine:
+    """A raw line past MAX_LINE_BYTES, drained without being kept: only its size (bytes, no terminator)."""
 
-    Over-long or non-UTF-8 lines are reported to `sink` (and counted as read records) instead.
-    """
+    size: int
+
+
+@dataclass(frozen=True)
+class StreamCut:
+    """A cut or corrupt .gz after the lines before it: what the stats' note says (the last raw item)."""
+
+    note: str
+
+
+RawLine = tuple[int, "bytes | LongLine | StreamCut"]
+
+
+def raw_lines(source: Source) -> Iterator[RawLine]:
+    """(1-based line number, undecoded line) of every line, blank ones included; an over-long line as a
+    LongLine, and a stream that breaks after some lines ends with a StreamCut. Split from `decode_line` so
+    that the main process can cut a file into chunks of raw lines and worker processes decode and parse
+    them (advisor.stream) with the bookkeeping one reader does."""
     with source.open() as stream:
         number = 0
         while True:
@@ -342,7 +359,7 @@ def iter_lines(source: Source, sink: Sink, *, keep_blank: bool = False) -> Itera
                     raise InputError(f"{source.name}:{number + 1}: cannot be read: {_stream_error(exc)}; "
                                      f"{number} lines were read before it") from None
                 # A cut or corrupt .gz: the lines before the break are good; keep them and say so.
-                sink.stats.notes.append(f"{source.name}: {_stream_error(exc)} after line {number}: the "
+                yield number, StreamCut(f"{source.name}: {_stream_error(exc)} after line {number}: the "
                                         f"records before the break are used, the rest of the file is lost")
                 return
             if not raw:
@@ -353,26 +370,54 @@ def iter_lines(source: Source, sink: Sink, *, keep_blank: bool = False) -> Itera
                 while raw and not raw.endswith(b"\n"):  # drain the rest of the line in bounded chunks
                     raw = stream.readline(MAX_LINE_BYTES)
                     size += len(raw)
-                sink.stats.records_read += 1
                 size -= len(raw) - len(raw.rstrip(b"\r\n"))  # the line's own bytes, not its terminator
-                sink.bad(number, BadRecord("line too long", f"{size} bytes, limit {MAX_LINE_BYTES}"))
+                yield number, LongLine(size)
                 continue
-            if number == 1 and raw.startswith(UTF8_BOM):  # Windows tools start files with a byte-order mark
-                raw = raw[len(UTF8_BOM):]
-            if not keep_blank and not raw.strip():
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                sink.stats.records_read += 1
-                sink.bad(number, BadRecord("invalid UTF-8", f"at byte {exc.start} of the line"))
-                continue
+            yield number, raw
+
+
+def decode_line(number: int, raw: bytes | LongLine | StreamCut, sink: Sink, keep_blank: bool = False) -> str | None:
+    """The text of one raw line, or None for a line that is no record: blank (unless `keep_blank`), the
+    stream's end note (added to the stats), or one reported to `sink` (over-long, invalid UTF-8; counted as
+    read records)."""
+    if isinstance(raw, StreamCut):
+        sink.stats.notes.append(raw.note)
+        return None
+    if isinstance(raw, LongLine):
+        sink.stats.records_read += 1
+        sink.bad(number, BadRecord("line too long", f"{raw.size} bytes, limit {MAX_LINE_BYTES}"))
+        return None
+    if number == 1 and raw.startswith(UTF8_BOM):  # Windows tools start files with a byte-order mark
+        raw = raw[len(UTF8_BOM):]
+    if not keep_blank and not raw.strip():
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        sink.stats.records_read += 1
+        sink.bad(number, BadRecord("invalid UTF-8", f"at byte {exc.start} of the line"))
+        return None
+
+
+def decoded_lines(lines: Iterable[RawLine], sink: Sink, *, keep_blank: bool = False) -> Iterator[tuple[int, str]]:
+    """(line number, text) of the raw lines that are records (`decode_line`)."""
+    for number, raw in lines:
+        text = decode_line(number, raw, sink, keep_blank)
+        if text is not None:
             yield number, text
 
 
-def iter_json_lines(source: Source, sink: Sink) -> Iterator[tuple[int, Any]]:
-    """Yields (line number, parsed JSON value) per non-blank line; counts every line in `records_read`."""
-    for number, text in iter_lines(source, sink):
+def iter_lines(source: Source, sink: Sink, *, keep_blank: bool = False) -> Iterator[tuple[int, str]]:
+    """Yields (1-based line number, decoded text) of the lines (blank ones only if `keep_blank`).
+
+    Over-long or non-UTF-8 lines are reported to `sink` (and counted as read records) instead.
+    """
+    return decoded_lines(raw_lines(source), sink, keep_blank=keep_blank)
+
+
+def json_records(lines: Iterable[tuple[int, str]], sink: Sink) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON value) per line; counts every line in `records_read`."""
+    for number, text in lines:
         sink.stats.records_read += 1
         try:
             yield number, orjson.loads(text)
@@ -381,6 +426,11 @@ def iter_json_lines(source: Source, sink: Sink) -> Iterator[tuple[int, Any]]:
             # the offending text, which may be private.
             column = min(exc.pos, len(text.rstrip("\r\n"))) + 1
             sink.bad(number, BadRecord("invalid JSON", f"{exc.msg} at column {column}"))
+
+
+def iter_json_lines(source: Source, sink: Sink) -> Iterator[tuple[int, Any]]:
+    """Yields (line number, parsed JSON value) per non-blank line; counts every line in `records_read`."""
+    return json_records(iter_lines(source, sink), sink)
 
 
 def type_name(value: Any) -> str:

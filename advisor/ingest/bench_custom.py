@@ -5,7 +5,7 @@ that vLLM wraps as one user message unless `--skip-chat-template`, so it is kept
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from advisor.ingest import _schema
 from advisor.ingest._io import BadRecord, Sink, Source, expect_object, iter_json_lines, type_name
@@ -33,5 +33,9 @@ def convert(record: Any, source: str) -> Request:
 
 
 def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
-    return _schema.convert_each(iter_json_lines(source, sink),
-                                lambda line, record: [convert(record, f"{source.name}:{line}")], sink)
+    return read_records(iter_json_lines(source, sink), source.name, sink, hash_block_size)
+
+
+def read_records(records: Iterable[tuple[int, Any]], name: str, sink: Sink, hash_block_size: int) -> Iterator[Request]:
+    """The requests of (line, parsed record) pairs of the file `name` (`read` without the file: a chunk)."""
+    return _schema.convert_each(records, lambda line, record: [convert(record, f"{name}:{line}")], sink)

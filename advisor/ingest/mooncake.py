@@ -8,7 +8,7 @@ would claim cached blocks the prompt does not have.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from advisor.ingest import _schema
 from advisor.ingest._io import BadRecord, Sink, Source, expect_object, iter_json_lines
@@ -46,5 +46,10 @@ def convert(record: Any, source: str, hash_block_size: int) -> Request:
 
 
 def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
-    return _schema.convert_each(iter_json_lines(source, sink),
-                                lambda line, record: [convert(record, f"{source.name}:{line}", hash_block_size)], sink)
+    return read_records(iter_json_lines(source, sink), source.name, sink, hash_block_size)
+
+
+def read_records(records: Iterable[tuple[int, Any]], name: str, sink: Sink, hash_block_size: int) -> Iterator[Request]:
+    """The requests of (line, parsed record) pairs of the file `name`: `read` without the file, for a worker
+    process that parses a chunk of its lines (advisor.ingest.parse_chunk)."""
+    return _schema.convert_each(records, lambda line, record: [convert(record, f"{name}:{line}", hash_block_size)], sink)

@@ -19,7 +19,7 @@ earlier requests of the same conversation in the file.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import orjson
 
@@ -60,9 +60,15 @@ CACHED = Schema("openai usage details", (Field("cached_tokens", _schema.tokens),
 
 def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
     """Requests of an OpenAI-style JSONL log, in file order."""
+    return read_records(iter_json_lines(source, sink), source.name, sink, hash_block_size)
+
+
+def read_records(records: Iterable[tuple[int, Any]], name: str, sink: Sink, hash_block_size: int) -> Iterator[Request]:
+    """The requests of (line, parsed record) pairs of the file `name`. The requests of a conversation that the
+    log gives no turn are numbered in the order read: over the whole file in `read`; within the chunk for a
+    chunk parsed by a worker process (advisor.ingest.parse_chunk), whose requests' turns nothing reads."""
     turns: dict[str, int] = {}
-    records = iter_json_lines(source, sink)
-    for request in _schema.convert_each(records, lambda line, record: convert(record, f"{source.name}:{line}"), sink):
+    for request in _schema.convert_each(records, lambda line, record: convert(record, f"{name}:{line}"), sink):
             if request.conversation_id is not None and request.turn is None:
                 turn = turns.get(request.conversation_id, 0)
                 turns[request.conversation_id] = turn + 1
