@@ -14,9 +14,13 @@ cannot hide.
 
     python scripts/gpu_calibrate.py PLAN.json OUTDIR --deadline-s 540
 
-PLAN.json: {"servers": [{"name", "shape", "k", "kv_cache_bytes"}...], "runs": [{"server", "input_len",
-"output_len", "concurrency", "prompts", "repeat"}...]} in priority order: runs that would pass the deadline
-are skipped (listed in the summary), never cut short.
+PLAN.json: {"servers": [{"name", "shape", "k", "kv_cache_bytes", "max_num_seqs"?}...], "runs": [{"server",
+"input_len", "output_len", "concurrency", "prompts", "repeat", "request_rate"?}...]} in priority order: runs that
+would pass the deadline are skipped (listed in the summary), never cut short. A run with a `request_rate` is an
+open-loop run: Poisson arrivals at that rate (`--request-rate R --burstiness 1`), `concurrency` only a cap, and
+its per-request figures saved (`--save-detailed`), so the steady state the engine prices can be checked against
+it. The host's CPU (model, a fixed single-thread Python loop timed at the wave's start and end) goes into
+runs.json: a small shape's step is mostly engine CPU work, so the CPU explains a wave's level.
 """
 from __future__ import annotations
 
@@ -44,7 +48,7 @@ def serve_command(server: dict, model_dir: Path, port: int) -> list[str]:
     command = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir),
                "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "m",
                "--load-format", "dummy", "--dtype", "bfloat16", "--max-model-len", "4096",
-               "--max-num-seqs", "256", "--no-enable-prefix-caching", "--seed", "0",
+               "--max-num-seqs", str(server.get("max_num_seqs", 256)), "--no-enable-prefix-caching", "--seed", "0",
                "--gpu-memory-utilization", "0.04", "--kv-cache-memory-bytes", str(server["kv_cache_bytes"])]
     k = int(server["k"])
     if k == 0:
@@ -93,12 +97,34 @@ def bench(port: int, tokenizer_dir: Path, run: dict, result_dir: Path, filename:
             "--model", "m", "--tokenizer", str(tokenizer_dir), "--dataset-name", "random",
             "--random-input-len", str(run["input_len"]), "--random-output-len", str(run["output_len"]),
             "--ignore-eos", "--temperature", "0", "--max-concurrency", str(run["concurrency"]),
-            "--num-prompts", str(run["prompts"]), "--request-rate", "inf", "--num-warmups", "2",
+            "--num-prompts", str(run["prompts"]), "--num-warmups", "2",
             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99", "--seed", "0",
             "--disable-tqdm", "--save-result", "--result-dir", str(result_dir), "--result-filename", filename]
+    if "request_rate" in run:  # open loop: Poisson arrivals, the per-request figures kept
+        argv += ["--request-rate", str(run["request_rate"]), "--burstiness", "1.0", "--save-detailed"]
+    else:
+        argv += ["--request-rate", "inf"]
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
     return main(parser.parse_args(argv))
+
+
+def host_cpu() -> dict:
+    """The host's CPU model and the best of five timings of a fixed pure-Python loop (one core, ms)."""
+    model = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    timings = []
+    for _ in range(5):
+        t = time.perf_counter()
+        total = 0
+        for i in range(2_000_000):
+            total += i * i % 7
+        timings.append((time.perf_counter() - t) * 1000)
+    return {"cpu_model": model, "cpus": os.cpu_count(), "loop_2m_ms": round(min(timings), 1),
+            "loadavg": os.getloadavg()}
 
 
 def stop_all(pids: list[int]) -> None:
@@ -123,6 +149,14 @@ def stop_all(pids: list[int]) -> None:
             pass
 
 
+def write_runs(out: Path, servers: dict, records: list, host: dict) -> None:
+    """runs.json after every run, so a wave cut short keeps what it measured."""
+    kept = {name: {key: value for key, value in server.items() if key not in ("process", "model_dir")}
+            for name, server in servers.items()}
+    (out / "runs.json").write_text(json.dumps({"host": host, "servers": kept, "records": records}, indent=1,
+                                              default=str))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plan")
@@ -142,6 +176,8 @@ def main() -> None:
                             "temperature.gpu,memory.used", "--format=csv,noheader,nounits", "-lms", "250"],
                            stdout=open(out / "gpu_trace.csv", "w"))
     servers: dict[str, dict] = {}
+    host = {"start": host_cpu()}
+    print(f"[wave] host {host['start']}", flush=True)
     try:
         for index, server in enumerate(plan["servers"]):
             model_dir = Path.home() / f"model_{server['name']}"
@@ -175,7 +211,11 @@ def main() -> None:
             if server.get("failed"):
                 continue
             key = f"{run['server']}_in{run['input_len']}_c{run['concurrency']}_n{run['prompts']}_r{run['repeat']}"
+            if "request_rate" in run:
+                key += f"_rate{run['request_rate']}"
             estimate = last_s.get(f"{run['server']}_{run['concurrency']}_{run['input_len']}", 0.0)
+            if "request_rate" in run:  # an open-loop run lasts about prompts / rate, plus the drain
+                estimate = max(estimate, run["prompts"] / run["request_rate"] + 10)
             if time.time() + estimate > deadline:
                 print(f"[wave] skip {key} (deadline)", flush=True)
                 records.append({"run": key, "skipped": "deadline"})
@@ -195,17 +235,18 @@ def main() -> None:
                       "t_end": t + wall, "wall_s": round(wall, 2), "bench_duration_s": result.get("duration"),
                       "server_cpu_s": cpu, "client_cpu_s": round(client_after - client_before, 2),
                       "median_tpot_ms": result.get("median_tpot_ms"), "median_itl_ms": result.get("median_itl_ms"),
-                      "median_ttft_ms": result.get("median_ttft_ms"),
+                      "median_ttft_ms": result.get("median_ttft_ms"), "mean_tpot_ms": result.get("mean_tpot_ms"),
+                      "request_throughput": result.get("request_throughput"),
+                      "mean_e2el_ms": result.get("mean_e2el_ms"),
                       "output_throughput": result.get("output_throughput"),
                       "acceptance_length": result.get("spec_decode_acceptance_length")}
             records.append(record)
             print(f"[run] {key} wall={wall:.1f}s tpot={record['median_tpot_ms']:.3f} "
                   f"itl={record['median_itl_ms']:.3f} acc={record['acceptance_length']} "
                   f"cpu={cpu} client_cpu={record['client_cpu_s']}", flush=True)
-            (out / "runs.json").write_text(json.dumps({"servers": {n: {k: v for k, v in s.items()
-                                                                        if k not in ("process", "model_dir")}
-                                                                    for n, s in servers.items()},
-                                                       "records": records}, indent=1, default=str))
+            write_runs(out, servers, records, host)
+        host["end"] = host_cpu()
+        write_runs(out, servers, records, host)
     finally:
         stop_all([server["pid"] for server in servers.values()])
         smi.terminate()

@@ -157,7 +157,7 @@ class CostModel:
         # per batch size, per segment; about 24,000 steps, 17,000 of them distinct, for one ShareGPT run).
         # Step times and open-loop solves are pure functions of their inputs and of the fields above, which
         # are never reassigned: memoized per model, they return the very floats a fresh solve gives.
-        self._coefficients: dict[str, float] | None = None
+        self._coefficients = self._calibration_coefficients()
         self._steps: dict[StepLoad, float] = {}
         self._open_loops: dict[tuple, LoadPoint] = {}
 
@@ -224,8 +224,6 @@ class CostModel:
 
     def coefficients(self) -> dict[str, float]:
         """The calibration as one coefficient per `step_terms` feature (ms per count; 1 / efficiency)."""
-        if self._coefficients is None:
-            self._coefficients = self._calibration_coefficients()
         return dict(self._coefficients)
 
     def _calibration_coefficients(self) -> dict[str, float]:
@@ -246,10 +244,7 @@ class CostModel:
         """Mean time of one engine step carrying `load` (see the module docstring for the formula)."""
         step = self._steps.get(load)
         if step is None:
-            if self._coefficients is None:
-                self._coefficients = self._calibration_coefficients()
-            coefficients = self._coefficients
-            step = sum(coefficients[name] * value for name, value in self.step_terms(load).items())
+            step = sum(self._coefficients[name] * value for name, value in self.step_terms(load).items())
             if load.async_scheduling:
                 step -= self.cal.async_scheduling_saving_ms
             step = (step + load.draft_ms) * load.scale
