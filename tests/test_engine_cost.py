@@ -1,72 +1,106 @@
-"""Cost model against real GPU measurements: the 128 points of advisor/data/measurements/h200_vllm0.26
-(vLLM 0.26.0 on one H200; 1.5B, 8B and 14B dense shapes; k = 0, 1, 2, 4, 8 at synthetic acceptance; inputs
-128 / 512 / 2048; concurrency 1 to 128; runs w1, reference, the w2 re-measurement of the 1.5B shape's k = 4
-and 8 cells, and w3: 68 longer runs of 8C requests with repeats), which the calibration was fitted to
-(scripts/fit_cost.py).
+"""Cost model against real GPU measurements (advisor/data/measurements/h200_vllm0.26; vLLM 0.26.0 on one H200):
+194 closed-loop runs of four dense shapes (1.5B, 3B, 8B, 14B; k = 0, 1, 2, 4, 8 at synthetic acceptance; inputs
+128 / 512 / 2048; concurrency 1 to 128; runs w1, reference, w2, w3 and w4, repeats kept as rows) and six
+open-loop runs (Poisson arrivals, 8B shape, k = 0 and 4, 10 to 45 requests/s), which the calibration was fitted
+to (scripts/fit_cost.py) except the 1.5B shape's (calibration_data.EXCLUDED_SHAPES).
 """
 from __future__ import annotations
 
 import csv
+import importlib.util
+import re
+from pathlib import Path
 
 import pytest
 
-from advisor.engine.calibration_data import DEFAULT_POINTS, load_points
-from advisor.engine.cost import H200_CALIBRATION, CostModel, StepLoad
-from advisor.hardware import H200_MEASURED_MODEL, resolve_gpu, resolve_model
+from advisor.engine.calibration_data import (
+    DATA_DIR,
+    DEFAULT_POINTS,
+    EXCLUDED_SHAPES,
+    cells,
+    load_open_loop,
+    load_points,
+    measured_shape,
+)
+from advisor.engine.cost import H200_CALIBRATION, SMALLEST_CALIBRATED_WEIGHT_BYTES, CostModel, StepLoad
+from advisor.hardware import H200_MEASURED_MODEL, resolve_gpu, resolve_model, weight_bytes_per_rank
 from advisor.engine.whatif import whatif
 from advisor.errors import ConfigError
 
 POINTS = load_points()
-WORST_RESIDUAL = 0.31  # measured worst: 30.6% (1.5B shape, k=8, concurrency 32, 64 requests, w2); docs/engine.md
-# The points beyond the issue's 15% (docs/engine.md says why): (shape, k, concurrency, requests, run)
-BEYOND_15 = {
-    ("llama-3.1-8b", 4, 8, 32, "reference-2026-12-02"),
-    ("qwen2.5-1.5b", 0, 32, 256, "w3-2026-12-03"), ("qwen2.5-1.5b", 0, 128, 256, "w1-2026-12-02"),
-    ("qwen2.5-1.5b", 1, 32, 64, "w1-2026-12-02"), ("qwen2.5-1.5b", 2, 32, 256, "w3-2026-12-03"),
-    ("qwen2.5-1.5b", 4, 8, 64, "w3-2026-12-03"), ("qwen2.5-1.5b", 8, 32, 64, "w1-2026-12-02"),
-    ("qwen2.5-1.5b", 8, 32, 64, "w2-2026-12-03"), ("qwen2.5-1.5b", 8, 32, 256, "w3-2026-12-03"),
-    ("qwen2.5-1.5b", 8, 128, 256, "w1-2026-12-02"), ("qwen2.5-1.5b", 8, 128, 1024, "w2-2026-12-03"),
-}
+CELLS = cells(POINTS)
+CALIBRATED = [cell for cell in CELLS if cell.calibrated]
+OPEN_LOOP = load_open_loop()
+BOUND = 0.15  # the issue's agreement at every measured point; measured worst 14.9% (docs/engine.md)
+EXCLUDED_WORST = 0.34  # the 1.5B shape's cells, not fitted: measured worst 32.4%
 
 
 def test_measurements_cover_the_design() -> None:
-    """Three shapes, every k, three prompt lengths, concurrency 1 to 128, with provenance on every row."""
-    assert {p.shape for p in POINTS} >= {"qwen2.5-1.5b-shape-vocab-151669", "llama-3.1-8b-shape-vocab-151669",
-                                         "qwen2.5-14b-shape-vocab-151669"}
-    assert {p.k for p in POINTS} == {0, 1, 2, 4, 8}
-    assert {p.input_len for p in POINTS} == {128, 512, 2048}
-    assert min(p.concurrency for p in POINTS) == 1 and max(p.concurrency for p in POINTS) == 128
+    """Four shapes, every k, three prompt lengths, concurrency 1 to 128, with provenance on every row; the
+    calibrated shapes (three besides none excluded: 3B, 8B, 14B) each at k = 0, 4 and 8, the 3B at every k."""
+    assert {p.shape for p in POINTS} == {"qwen2.5-1.5b-shape-vocab-151669", "llama-3.2-3b-shape-vocab-151669",
+                                         "llama-3.1-8b-shape-vocab-151669", "qwen2.5-14b-shape-vocab-151669"}
+    calibrated_shapes = {cell.first.shape for cell in CALIBRATED}
+    assert len(calibrated_shapes) == 3
+    for shape in calibrated_shapes:
+        assert {c.first.k for c in CALIBRATED if c.first.shape == shape} >= {0, 4, 8}
+        assert {c.first.concurrency for c in CALIBRATED if c.first.shape == shape} >= {1, 8, 32, 128}
+    assert {c.first.k for c in CALIBRATED if c.first.shape.startswith("llama-3.2-3b")} == {0, 1, 2, 4, 8}
+    assert {c.first.input_len for c in CALIBRATED} == {128, 512, 2048}
     assert all(p.run and p.gpu == "H200" for p in POINTS)
     with DEFAULT_POINTS.open() as handle:
-        assert len(list(csv.DictReader(handle))) == len(POINTS) == 128
+        assert len(list(csv.DictReader(handle))) == len(POINTS) == 194
+    assert len(CALIBRATED) == 89 and len(OPEN_LOOP) == 6
 
 
-@pytest.mark.parametrize("point", POINTS, ids=lambda p: f"{p.shape[:12]}-k{p.k}-in{p.input_len}-c{p.concurrency}")
-def test_model_agrees_with_every_measured_point(point) -> None:
-    assert point.predict() == pytest.approx(point.median_tpot_ms, rel=WORST_RESIDUAL)
+@pytest.mark.parametrize("cell", CALIBRATED, ids=lambda c: f"{c.first.shape[:12]}-k{c.first.k}-in{c.first.input_len}-"
+                                                           f"c{c.first.concurrency}-n{c.first.num_prompts}-{c.first.run[:2]}")
+def test_model_agrees_with_every_calibrated_cell(cell) -> None:
+    """The issue's bound at every cell of the calibrated shapes (the median of a cell's repeats)."""
+    assert cell.predict() == pytest.approx(cell.median_tpot_ms, rel=BOUND)
 
 
-def test_most_points_within_15_percent() -> None:
-    """The issue's bound (15% everywhere) holds at 117 of the 128 points, at every 14B point and at every 8B
-    point but one (15.4%); the other ten are the 1.5B shape's, whose repeated runs disagree by as much (next
-    tests): its steps of 2-8 ms are mostly CPU work of the engine, which varies from run to run."""
-    beyond = {(p.shape[:12], p.k, p.concurrency, p.num_prompts, p.run) for p in POINTS
-              if abs(p.predict() / p.median_tpot_ms - 1) > 0.15}
-    assert beyond <= BEYOND_15
-    assert all(abs(p.predict() / p.median_tpot_ms - 1) <= 0.155 for p in POINTS if "1.5b" not in p.shape)
+@pytest.mark.parametrize("point", OPEN_LOOP, ids=lambda p: f"k{p.k}-rate{p.request_rate:g}")
+def test_the_engines_steady_state_agrees_with_every_open_loop_run(point) -> None:
+    """Poisson arrivals at 10, 25 and 45 requests/s against the 8B shape, without speculation and with k=4:
+    the engine's own `open_loop` solve (the batch that Little's law and the step time agree on; at 45/s without
+    speculation the server saturates its KV cache) against the run's median TPOT."""
+    solved = point.solve()
+    assert solved.tpot_ms == pytest.approx(point.median_tpot_ms, rel=BOUND)
+    assert solved.saturated == (point.k == 0 and point.request_rate == 45)
+
+
+def test_open_loop_servers_hold_the_logged_kv_cache() -> None:
+    """max_batch comes from the server's KV bytes as vLLM sizes them: 81,920 tokens logged for 10 GiB."""
+    lines = (DATA_DIR / "raw_w4" / "w4a" / "server_key_lines.txt").read_text()
+    logged = int(re.search(r"l8k0\.server\.log:.*GPU KV cache size: ([\d,]+) tokens", lines).group(1).replace(",", ""))
+    assert logged == 81920
+    baseline = next(p for p in OPEN_LOOP if p.k == 0)
+    assert baseline.max_batch == logged // 640  # 512 + 128 tokens: 40 blocks of 16
+
+
+def test_the_excluded_shape_contradicts_any_model_within_the_bound() -> None:
+    """The 1.5B shape stays in the table but out of the fit: the same cell (k=4, input 512, concurrency 8) took
+    1.31 ms in w1 and 2.21 ms in w3, further apart than any one figure can be within 15% of both
+    (2.21 / 1.31 > 1.15 / 0.85); the calibration is within 34% of its cells."""
+    def cell(run: str) -> float:
+        return next(c.median_tpot_ms for c in CELLS if c.first.shape.startswith("qwen2.5-1.5b") and c.first.k == 4
+                    and c.first.input_len == 512 and c.first.concurrency == 8 and c.first.run == run)
+
+    assert cell("w3-2026-12-03") / cell("w1-2026-12-02") > (1 + BOUND) / (1 - BOUND)
+    assert set(EXCLUDED_SHAPES) == {"qwen2.5-1.5b-shape-vocab-151669"}
+    excluded = [c for c in CELLS if not c.calibrated]
+    assert max(abs(c.predict() / c.median_tpot_ms - 1) for c in excluded) < EXCLUDED_WORST
 
 
 def test_repeats_of_one_cell_bound_any_model() -> None:
-    """w3 ran cells two or three times on the same server minutes apart: the 1.5B shape's repeats at
-    concurrency 32 differ by up to 22% (a model can then be within 11% of both at best), the 8B and 14B
-    shapes' by at most 6%."""
-    cells: dict[tuple, list[float]] = {}
-    for p in POINTS:
-        if p.run == "w3-2026-12-03":
-            cells.setdefault((p.shape, p.k, p.input_len, p.concurrency), []).append(p.median_tpot_ms)
-    spread = {cell: max(v) / min(v) - 1 for cell, v in cells.items() if len(v) > 1}
-    assert max(s for cell, s in spread.items() if "1.5b" in cell[0] and cell[3] == 32) > 0.2
-    assert max(s for cell, s in spread.items() if "1.5b" not in cell[0]) < 0.065
+    """Cells run two to four times in one session (the same server or a twin, minutes apart): the 1.5B shape's
+    at concurrency 32 differ by up to 22%, the 3B shape's by up to 26%, the 8B and 14B shapes' by at most 6%.
+    A cell's measured figure is therefore the median of its repeats."""
+    spread = {c.label(): c.spread for c in CELLS if len(c.runs) > 1}
+    assert max(s for label, s in spread.items() if "1.5b" in label and " c=32 " in label) > 0.2
+    assert max(s for label, s in spread.items() if "3.2-3b" in label) > 0.2
+    assert max(s for label, s in spread.items() if "3.2-3b" not in label and "1.5b" not in label) < 0.065
 
 
 def test_the_1_5b_k8_and_k4_cells_contradict_any_monotone_step_model() -> None:
@@ -85,6 +119,23 @@ def test_the_1_5b_k8_and_k4_cells_contradict_any_monotone_step_model() -> None:
     assert step(8, 128, 1024, "w2-2026-12-03") < step(4, 128, 1024, "w2-2026-12-03")
     repeat = point(8, 128, 256, "w2-2026-12-03").median_tpot_ms / point(8, 128, 256, "w1-2026-12-02").median_tpot_ms
     assert repeat > 1.2
+
+
+def test_the_calibration_is_the_fit_of_the_measurements() -> None:
+    """scripts/fit_cost.py over the calibrated cells and the open-loop runs gives H200_CALIBRATION (to the
+    four significant digits it prints): the committed constants are the committed data's fit."""
+    spec = importlib.util.spec_from_file_location("fit_cost", Path(__file__).parent.parent / "scripts" / "fit_cost.py")
+    fit_cost = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit_cost)
+    fitted = fit_cost.fit([*CALIBRATED, *OPEN_LOOP])
+    for field, _ in fit_cost.FIELDS.values():
+        assert getattr(fitted, field) == pytest.approx(getattr(H200_CALIBRATION, field), rel=1e-3), field
+
+
+def test_smallest_calibrated_shape_sets_the_confidence_threshold() -> None:
+    smallest = min(weight_bytes_per_rank(measured_shape(c.first.shape)) for c in CALIBRATED)
+    assert SMALLEST_CALIBRATED_WEIGHT_BYTES == pytest.approx(smallest, rel=1e-3)
+    assert all(weight_bytes_per_rank(measured_shape(shape)) < smallest for shape in EXCLUDED_SHAPES)
 
 
 def test_a_run_is_priced_by_its_own_schedule() -> None:

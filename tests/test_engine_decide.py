@@ -113,6 +113,16 @@ def test_confidence_levels() -> None:
     assert any("temperature" in reason for reason in sampled.confidence.reasons)
 
 
+@pytest.mark.parametrize("model, tp", [("Qwen/Qwen2.5-1.5B-Instruct", 1), (LLAMA, 4)])
+def test_models_below_the_calibrated_shapes_lower_confidence(model: str, tp: int) -> None:
+    """Below the smallest calibrated shape's weights per GPU (3B: 6.6 GB) a step is mostly engine CPU work,
+    which the H200 runs of a 1.5B shape reproduced only within about 30%: a 1.5B model, or an 8B one split over
+    four GPUs, gets at most medium confidence with that reason."""
+    result = decide(report(**CODE_EDITING, model=model, tp=tp))
+    assert result.confidence.level == "medium"
+    assert any("below the smallest calibrated shape" in reason for reason in result.confidence.reasons)
+
+
 def test_model_drafts_from_priors_are_flagged_and_never_beat_a_paying_replay() -> None:
     result = decide(report(**RAG_SUMMARIZATION, model=LLAMA))
     eagle = [c for c in result.candidates if c.method == "eagle3"]

@@ -18,7 +18,7 @@ import numpy as np
 
 from advisor import report as doc
 from advisor.engine import clustering
-from advisor.engine.cost import DEFAULT_MAX_NUM_SEQS, CostModel, LoadPoint
+from advisor.engine.cost import DEFAULT_MAX_NUM_SEQS, SMALLEST_CALIBRATED_WEIGHT_BYTES, CostModel, LoadPoint
 from advisor.engine.history import MeasuredCalibration, calibrate, log_names
 from advisor.engine.knowledge import drafts_for, prior_for
 from advisor.engine.load import (
@@ -33,7 +33,15 @@ from advisor.engine.load import (
 )
 from advisor.engine.sizing import derive_flags
 from advisor.errors import ConfigError
-from advisor.hardware import DEFAULT_GPU, DEFAULT_MODEL, MODELS, ModelSpec, resolve_gpu, resolve_model
+from advisor.hardware import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    MODELS,
+    ModelSpec,
+    resolve_gpu,
+    resolve_model,
+    weight_bytes_per_rank,
+)
 from advisor.report import Report
 from advisor.vllm_vocab import DYNAMIC_K_METHODS
 
@@ -445,7 +453,7 @@ def _evidence(report: Report, workload: Workload, cost: CostModel, chosen: Price
 
 
 def _confidence(report: Report, chosen: Priced | None, assumptions: list[str],
-                model_given: bool, gpu_given: bool) -> tuple[str, list[str]]:
+                model_given: bool, gpu_given: bool, cost: CostModel, step_measured: bool) -> tuple[str, list[str]]:
     """high / medium / low with the reasons that lowered it (docs/engine.md defines the levels)."""
     order = {"high": 2, "medium": 1, "low": 0}
     level = "high"
@@ -474,6 +482,11 @@ def _confidence(report: Report, chosen: Priced | None, assumptions: list[str],
         lower("medium", "no timestamps: the load is assumed")
     if not model_given or not gpu_given:
         lower("medium", "target model or GPU assumed")
+    weights = weight_bytes_per_rank(cost.model, cost.tp)
+    if weights < SMALLEST_CALIBRATED_WEIGHT_BYTES and not step_measured:
+        lower("medium", f"{weights / 1e9:.1f} GB of weights per GPU, below the smallest calibrated shape "
+                        f"({SMALLEST_CALIBRATED_WEIGHT_BYTES / 1e9:.1f} GB): its steps are mostly the engine's CPU "
+                        "work, which runs of a 1.5B shape reproduced only within about 30%")
     if chosen is not None and not chosen.from_replay:
         lower("low", "the recommended method's acceptance is a published prior, not measured on these logs")
     if not reasons:
@@ -632,7 +645,8 @@ def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc
     )
     candidates.sort(key=_rank_key)
     chosen = _choose(candidates)
-    level, reasons = _confidence(report, chosen, assumptions, model_given, gpu_given)
+    level, reasons = _confidence(report, chosen, assumptions, model_given, gpu_given, cost,
+                                 measured_steps is not None and measured_steps.baseline is not None)
     final = chosen or candidates[[c.name for c in candidates].index("no speculation")]
     predicted = doc.Predicted(
         tpot_ms=doc.BaselineVsCandidate(round(base_typical.tpot_ms, 3), round(final.typical.tpot_ms, 3)),
