@@ -270,40 +270,33 @@ class OpenLoopPoint:
         return f"{self.shape} k={self.k} in={self.input_len} rate={self.request_rate:g}/s {self.run}"
 
 
-def load_open_loop(path: Path = DEFAULT_OPEN_LOOP) -> list[OpenLoopPoint]:
-    """Every row of the open-loop table; InputError naming file, line and column on a bad row."""
-    points = []
+def _read_table(path: Path, kind: str, build) -> list:
+    """Every row of a measurement table through `build`; InputError naming file, line and cause on a bad row."""
+    rows = []
     with path.open(newline="") as handle:
         for line, row in enumerate(csv.DictReader(handle), start=2):
             try:
-                points.append(OpenLoopPoint(
-                    shape=row["shape"], gpu=row["gpu"], k=int(row["k"]),
-                    acceptance_length=float(row["acceptance_length"]), input_len=int(row["input_len"]),
-                    output_len=int(row["output_len"]), request_rate=float(row["request_rate"]),
-                    num_prompts=int(row["num_prompts"]), request_throughput=float(row["request_throughput"]),
-                    mean_in_flight=float(row["mean_in_flight"]), median_tpot_ms=float(row["median_tpot_ms"]),
-                    median_ttft_ms=float(row["median_ttft_ms"]), kv_cache_bytes=int(row["kv_cache_bytes"]),
-                    run=row["run"],
-                ))
+                rows.append(build(row))
             except (KeyError, ValueError, TypeError) as exc:
-                raise InputError(f"{path}:{line}: bad open-loop row ({exc})") from exc
-    return points
+                raise InputError(f"{path}:{line}: bad {kind} row ({exc})") from exc
+    return rows
+
+
+def load_open_loop(path: Path = DEFAULT_OPEN_LOOP) -> list[OpenLoopPoint]:
+    """Every row of the open-loop table."""
+    return _read_table(path, "open-loop", lambda row: OpenLoopPoint(
+        shape=row["shape"], gpu=row["gpu"], k=int(row["k"]), acceptance_length=float(row["acceptance_length"]),
+        input_len=int(row["input_len"]), output_len=int(row["output_len"]), request_rate=float(row["request_rate"]),
+        num_prompts=int(row["num_prompts"]), request_throughput=float(row["request_throughput"]),
+        mean_in_flight=float(row["mean_in_flight"]), median_tpot_ms=float(row["median_tpot_ms"]),
+        median_ttft_ms=float(row["median_ttft_ms"]), kv_cache_bytes=int(row["kv_cache_bytes"]), run=row["run"]))
 
 
 def load_points(path: Path = DEFAULT_POINTS) -> list[MeasuredPoint]:
-    """Every row of the measurement table; InputError naming file, line and column on a bad row."""
-    points = []
-    with path.open(newline="") as handle:
-        for line, row in enumerate(csv.DictReader(handle), start=2):
-            try:
-                points.append(MeasuredPoint(
-                    shape=row["shape"], gpu=row["gpu"], k=int(row["k"]),
-                    acceptance_length=float(row["acceptance_length"] or 1.0), input_len=int(row["input_len"]),
-                    output_len=int(row["output_len"]), concurrency=int(row["concurrency"]),
-                    num_prompts=int(row["num_prompts"]), median_tpot_ms=float(row["median_tpot_ms"]),
-                    median_itl_ms=float(row["median_itl_ms"]), median_ttft_ms=float(row["median_ttft_ms"]),
-                    output_throughput=float(row["output_throughput"]), run=row["run"], holdout=row["holdout"] == "1",
-                ))
-            except (KeyError, ValueError, TypeError) as exc:
-                raise InputError(f"{path}:{line}: bad measurement row ({exc})") from exc
-    return points
+    """Every row of the measurement table."""
+    return _read_table(path, "measurement", lambda row: MeasuredPoint(
+        shape=row["shape"], gpu=row["gpu"], k=int(row["k"]), acceptance_length=float(row["acceptance_length"] or 1.0),
+        input_len=int(row["input_len"]), output_len=int(row["output_len"]), concurrency=int(row["concurrency"]),
+        num_prompts=int(row["num_prompts"]), median_tpot_ms=float(row["median_tpot_ms"]),
+        median_itl_ms=float(row["median_itl_ms"]), median_ttft_ms=float(row["median_ttft_ms"]),
+        output_throughput=float(row["output_throughput"]), run=row["run"], holdout=row["holdout"] == "1"))
