@@ -19,6 +19,8 @@ from advisor.errors import ConfigError
 MAX_TP = 1024
 # vLLM's --max-num-seqs sizes per-sequence buffers on the GPU; 65,536 is 64x vLLM's largest default (1024).
 MAX_NUM_SEQS = 65_536
+# --replicas: vLLM servers behind one router (each has its own prefix cache and suffix tree).
+MAX_REPLICAS = 100_000
 # Concurrency levels of `advise whatif`: in-flight requests of one server.
 MAX_CONCURRENCY = 1_000_000
 MAX_CONCURRENCY_LEVELS = 64

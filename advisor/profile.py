@@ -20,7 +20,7 @@ import numpy as np
 from advisor import __version__, shards, stream
 from advisor.errors import ConfigError
 from advisor.ingest import IngestStats, expand_paths
-from advisor.measure import arrivals, prefix, sampling, stats
+from advisor.measure import arrivals, prefix, routing, sampling, stats
 from advisor.report import (
     Apc,
     Arrivals,
@@ -35,6 +35,7 @@ from advisor.report import (
     ProfileOptions,
     Replay,
     Report,
+    Routing,
     Sampling,
     TokenizerSection,
     section,
@@ -162,10 +163,13 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
 
     arrival_section = _arrivals(timestamps, latencies, disabled)
     order = _arrival_order(timestamps)
+    replica_of, split = routing.assign(np.array(c.replica_labels), tuple(c.replica_names), np.array(c.affinities),
+                                       order, options.replicas, options.routing)
     prefix_section = _prefix(c, order, options, disabled)
     # The APC replay is compiled and releases the GIL: it runs on the second core beside the proposer replays.
     worker = ThreadPoolExecutor(max_workers=1)
-    apc_job = worker.submit(_apc, c, order, options, timestamps, output_lens, latencies) if prefix_section else None
+    apc_job = (worker.submit(_apc, c, order, options, timestamps, output_lens, latencies, replica_of)
+               if prefix_section else None)
 
     overlap_section = None
     summary = c.overlap_summary()
@@ -175,7 +179,7 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
         disabled.append(Disabled("n-gram overlap and speculative replay", "no completion text in the log"))
     sampling_section = section(Sampling, sampling.summary_from_counts(c.sampling.counts).to_dict())
     try:
-        replays, sweep = _replays(c, order, options, workers)
+        replays, sweep = _replays(c, order, options, workers, replica_of)
         apc_section = apc_job.result() if apc_job else None
     finally:
         worker.shutdown(cancel_futures=True)
@@ -207,6 +211,7 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
         replay=replays,
         replay_sweep=sweep,
         disabled_analyses=tuple(disabled),
+        routing=section(Routing, split.to_dict(), "routing"),
     )
 
 
@@ -296,8 +301,9 @@ def _chain_sample(c: stream.Collected) -> dict[str, Any] | None:
 
 
 def _apc(c: stream.Collected, order: np.ndarray, options: ProfileOptions, timestamps: np.ndarray,
-         output_lens: np.ndarray, latencies: np.ndarray) -> Apc:
-    """Finite-cache APC replay at the deployment's KV capacity, with the hit-rate-versus-capacity curve.
+         output_lens: np.ndarray, latencies: np.ndarray, replica_of: np.ndarray) -> Apc:
+    """Finite-cache APC replay at the deployment's KV capacity, with the hit-rate-versus-capacity curve;
+    one cache per replica (`replica_of[row]`, advisor.measure.routing), each of that capacity.
 
     Capacity = KV budget / (KV bytes per token per rank x block size), the budget being
     --kv-cache-memory-bytes or GPU memory x utilization - weights per rank (activation peak and CUDA graphs
@@ -356,14 +362,16 @@ def _apc(c: stream.Collected, order: np.ndarray, options: ProfileOptions, timest
                 f"{int(missing.sum()):,} requests without a logged latency hold their blocks for"
                 f" {ASSUMED_DECODE_S_PER_TOKEN * 1000:.0f} ms per output token"
             )
-    data = apc.apc_report(chains, block_size, capacity, outputs, arrivals_s, durations).to_dict()
+    data = apc.apc_report(chains, block_size, capacity, outputs, arrivals_s, durations,
+                          replicas=replica_of[rows]).to_dict()
     data.update(capacity_source=source, kv_bytes_per_token=per_token, assumptions=assumptions)
     return section(Apc, data, "apc")
 
 
-def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions,
-             threads: int = 1) -> tuple[tuple[Replay, ...], tuple[Replay, ...]]:
-    """The headline replays and the sweep; the ngram pass on `threads` threads (--workers: the same counts)."""
+def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions, threads: int,
+             replica_of: np.ndarray) -> tuple[tuple[Replay, ...], tuple[Replay, ...]]:
+    """The headline replays and the sweep; the ngram pass on `threads` threads (--workers: the same counts),
+    the suffix pass with one global tree per replica (`replica_of[row]`)."""
     if not c.replay_inputs or not options.replay:
         return (), ()
     from advisor.measure import specreplay
@@ -372,6 +380,7 @@ def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions,
     rank[order] = np.arange(order.size)
     by_arrival = sorted(range(len(c.replay_inputs)), key=lambda i: rank[c.replay_rows[i]])
     inputs = [c.replay_inputs[i] for i in by_arrival]
+    replicas = replica_of[np.array([c.replay_rows[i] for i in by_arrival], dtype=np.int64)]
     budget_sampled = len(c.replay_inputs) != c.replay_seen
     headline = [specreplay.normalize_config(config) for config in HEADLINE_REPLAYS]
     if options.speculative_config is not None:
@@ -382,13 +391,14 @@ def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions,
         suffix_ks = sorted({*specreplay.SWEEP_KS, *(c["num_speculative_tokens"] for c in headline if c["method"] == "suffix")})
         swept = specreplay.sweep(
             inputs, max_requests=options.max_replay_requests, seed=options.seed, suffix_ks=suffix_ks, threads=threads,
+            replicas=replicas,
         ).replays
         replays = [next(r for r in swept if r.config == config) for config in headline]
         sweep = [r for r in swept if r.method != "suffix" or r.config["num_speculative_tokens"] in specreplay.SWEEP_KS]
     else:
         replays = [
             specreplay.replay_config(config, inputs, max_requests=options.max_replay_requests, seed=options.seed,
-                                     threads=threads)
+                                     threads=threads, replicas=replicas)
             for config in headline
         ]
         sweep = []

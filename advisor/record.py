@@ -78,6 +78,8 @@ class Request:
     prompt_token_ids: tuple[int, ...] | None = None
     output_token_ids: tuple[int, ...] | None = None
     finish_reason: str | None = None  # as logged ("stop", "length", ...)
+    # The vLLM replica (server instance) that served it, when the log says: each has its own prefix cache.
+    replica: str | None = None
 
     @property
     def has_text(self) -> bool:
@@ -96,6 +98,7 @@ class Request:
             "timestamp": self.timestamp,
             "conversation_id": self.conversation_id,
             "turn": self.turn,
+            "replica": self.replica,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
         }

@@ -23,10 +23,11 @@ from typing import Any
 import orjson
 
 from advisor.errors import InputError
-from advisor.vllm_vocab import DEFAULT_GPU_MEMORY_UTILIZATION
+from advisor.vllm_vocab import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_ROUTING
 
-# 5: verify_history section (issue 9); 6: apc.blocks_for_ceiling is the smallest cache that evicts nothing
-SCHEMA_VERSION = 6
+# 5: verify_history section (issue 9); 6: apc.blocks_for_ceiling is the smallest cache that evicts nothing;
+# 7: routing section and options.replicas / options.routing (per-replica APC and suffix replays)
+SCHEMA_VERSION = 7
 # The schema of an `advise verify` record (advisor.verify.history writes it; advisor.engine.history reads it).
 VERIFY_RECORD_SCHEMA = "advise.verify/1"
 
@@ -73,6 +74,8 @@ class ProfileOptions:
     history: str | None = None  # an `advise verify` history file (JSON Lines) whose measurements the engine uses
     kv_cache_memory_bytes: int | None = None
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    replicas: int = 1  # vLLM servers the traffic is spread over when the log names none (--replicas)
+    routing: str = DEFAULT_ROUTING  # how (--routing): one of ROUTING_POLICIES
     recommend: bool = True
     seed: int = 0
 
@@ -268,6 +271,19 @@ class Apc:
     def hit_rate(self) -> float | None:
         """Hit rate at the deployment's capacity (None without one)."""
         return None if self.at_capacity is None else self.at_capacity.hit_rate
+
+
+@dataclass(frozen=True)
+class Routing:
+    """advisor.measure.routing.ReplicaSplit: the vLLM replicas the requests were spread over. The APC and
+    suffix replays ran per replica; the engine sizes one replica's load by `busiest_share`."""
+
+    replicas: int
+    policy: str
+    source: str
+    names: tuple[str, ...]
+    requests: tuple[int, ...]
+    busiest_share: float
 
 
 @dataclass(frozen=True)
@@ -601,6 +617,7 @@ class Report:
     recommendation: Recommendation | None = None
     draft_replay: tuple[DraftReplay, ...] = ()
     verify_history: tuple[VerifyRun, ...] = ()  # records of `--history`; the engine uses those that match
+    routing: Routing | None = None  # the profile always sets it; None in documents built by hand (tests)
     schema_version: int = SCHEMA_VERSION
 
     @property

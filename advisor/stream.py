@@ -32,7 +32,7 @@ import numpy as np
 
 from advisor import ingest
 from advisor.errors import AdvisorError
-from advisor.measure import overlap, prefix, state
+from advisor.measure import overlap, prefix, routing, state
 from advisor.record import Request, SamplingParams, pickled_by_fields
 
 BATCH_REQUESTS = 256
@@ -88,11 +88,12 @@ class Facts:
     prompt_tokens: int | None
     sampling: SamplingParams
     conversation_id: str | None
+    replica: str | None
 
     @classmethod
     def of(cls, request: Request) -> Facts:
         return cls(request.source, request.timestamp, request.latency_s, request.prompt_tokens, request.sampling,
-                   request.conversation_id)
+                   request.conversation_id, request.replica)
 
 
 @dataclass
@@ -131,6 +132,11 @@ class Collected:
         self.overlap_with_context = state.Column(np.bool_)
         self.sampling = state.SamplingCounts()
         self.replay = state.ReplaySample(REPLAY_TOKEN_BUDGET, seed)
+        # Routing (advisor.measure.routing): the log's replica name of each request (an index into
+        # replica_names, -1: none), and the hash that consistent_hash routes its conversation by.
+        self.replica_names: dict[str, int] = {}
+        self._replica_labels = state.Column(np.int32)
+        self._affinities = state.Column(np.uint32)
         self._chains: list[prefix.PrefixBlocks | None] | None = None
 
     timestamps = property(lambda self: self._timestamps.values)
@@ -139,6 +145,8 @@ class Collected:
     latencies = property(lambda self: self._latencies.values)
     logged_prompt_tokens = property(lambda self: self._logged_prompt_tokens.values)
     overlap4 = property(lambda self: self._overlap4.values)
+    replica_labels = property(lambda self: self._replica_labels.values)
+    affinities = property(lambda self: self._affinities.values)
     chain_sizes = property(lambda self: self.store.block_sizes)
     replay_inputs = property(lambda self: self.replay.inputs)  # (prompt ids, output ids), in row order
     replay_rows = property(lambda self: self.replay.rows)  # request index of each replay input
@@ -163,6 +171,11 @@ class Collected:
                              (self._overlap4, other._overlap4), (self.overlap_counts, other.overlap_counts),
                              (self.overlap_with_context, other.overlap_with_context)):
             mine.extend(theirs.values)
+        self._affinities.extend(other._affinities.values)
+        # The other's replica names take this one's numbers (new names numbered in order of first appearance).
+        renumber = np.array([self.replica_names.setdefault(name, len(self.replica_names))
+                             for name in other.replica_names] + [-1], dtype=np.int32)
+        self._replica_labels.extend(renumber[other._replica_labels.values])
         self.store.absorb(other.store, offset)
         self.sampling.absorb(other.sampling)
         self.replay.absorb(other.replay, offset)
@@ -250,9 +263,12 @@ def measure_batch(batch: list[Request], options: StreamOptions, tokenizer_state:
 
 def collect_batch(batch: Sequence[Request | Facts], measured: list[Measured], out: Collected) -> None:
     """Appends one batch's results to `out`, in file order."""
-    timestamps, latencies, logged, shares4 = [], [], [], []
+    timestamps, latencies, logged, shares4, labels, affinities = [], [], [], [], [], []
+    names = out.replica_names
     for index, (request, result) in enumerate(zip(batch, measured)):
         row = out.rows + index
+        labels.append(-1 if request.replica is None else names.setdefault(request.replica, len(names)))
+        affinities.append(routing.affinity(sample_key(request)))
         timestamps.append(_nan(request.timestamp))
         latencies.append(_nan(request.latency_s))
         logged.append(_nan(request.prompt_tokens if result.text_prompt else None))
@@ -274,6 +290,8 @@ def collect_batch(batch: Sequence[Request | Facts], measured: list[Measured], ou
     out._latencies.extend(latencies)
     out._logged_prompt_tokens.extend(logged)
     out._overlap4.extend(shares4)
+    out._replica_labels.extend(labels)
+    out._affinities.extend(affinities)
     out.rows += len(batch)
 
 

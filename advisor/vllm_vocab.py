@@ -11,6 +11,11 @@ from __future__ import annotations
 PLACEHOLDER = "YOUR_VALUE"
 # vLLM's default --gpu-memory-utilization (vllm/config/cache.py, CacheConfig.gpu_memory_utilization).
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+# How a router spreads requests over vLLM replicas, under the vLLM Router's `--policy` names
+# (vllm-project/router; advisor.measure.routing replays both): round_robin as a plain load balancer does,
+# consistent_hash keeping a session on one replica.
+ROUTING_POLICIES = ("round_robin", "consistent_hash")
+DEFAULT_ROUTING = "round_robin"
 
 # --------------------------------------------------------------------------------------------------------
 # vLLM's speculative-config vocabulary (vLLM 0.33, vllm/config/speculative.py, class SpeculativeConfig;

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from advisor.cli import cli
 
 from advisor.profile import ProfileOptions, build_profile
-from test_stream import assert_same
+from test_stream import _chat_log, assert_same
 
 STARTUP_S = 120
 
@@ -138,14 +138,38 @@ def test_sharded_sharegpt_equals_one_process(ray_head, real_file, tmp_path):
 
 def test_sharded_timed_trace_equals_one_process(ray_head, real_file, tmp_path):
     """A token-free Mooncake trace with timestamps: arrivals, prefix sharing from hash ids and the timed APC
-    replay, in two local shards (one gzip) given as plain paths."""
+    replay, one cache per replica of 3 under consistent_hash routing, in two local shards (one gzip) given as
+    plain paths."""
     lines = real_file("mooncake_conversation_trace.jsonl").read_bytes().splitlines()
     half = len(lines) // 2
     paths = [str(tmp_path / "trace-0.jsonl"), str(tmp_path / "trace-1.jsonl.gz")]
     _write_lines(Path(paths[0]), lines[:half])
     _write_lines(Path(paths[1]), lines[half:])
-    report = _same_reports(paths, paths, ray_head)
+    report = _same_reports(paths, paths, ray_head, replicas=3, routing="consistent_hash")
     assert report["arrivals"] is not None and report["apc"] is not None
+    assert report["routing"]["replicas"] == 3 and min(report["routing"]["requests"]) > 0
+
+
+def test_sharded_replicas_named_by_the_log_equal_one_process(ray_head, real_file, tmp_path):
+    """Multi-turn chats (ShareGPT as OpenAI records) whose records name their replica, met in another order in
+    each shard: the shards' replica names merge into the one-process numbering, and the per-replica APC and
+    suffix replays agree."""
+    whole = tmp_path / "chat.jsonl"
+    _chat_log(real_file, whole, {})
+    lines = whole.read_bytes().splitlines()
+    conversations = [orjson.loads(line)["conversation_id"] for line in lines]
+    cut = next(i for i in range(450, len(lines)) if conversations[i] != conversations[i - 1])  # shards keep them whole
+    paths = []
+    for part, pods in enumerate((["pod-a", "pod-b", "pod-c"], ["pod-c", "pod-d", "pod-a"])):
+        chunk = lines[:cut] if part == 0 else lines[cut:]
+        path = tmp_path / f"part-{part}.jsonl"
+        _write_lines(path, [orjson.dumps({**orjson.loads(line), "replica": pods[index % 3]})
+                            for index, line in enumerate(chunk)])
+        paths.append(str(path))
+    report = _same_reports(paths, paths, ray_head, sweep=False)
+    assert report["routing"]["policy"] == "log"
+    assert report["routing"]["names"] == ["pod-a", "pod-b", "pod-c", "pod-d"]
+    assert report["apc"] is not None and any("per replica" in r["sampling"] for r in report["replay"])
 
 
 def test_ray_cli_takes_a_path_after_bare_ray(real_file, tmp_path):

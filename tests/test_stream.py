@@ -66,7 +66,7 @@ def _chat_log(real_file, path, bad_lines: dict[int, bytes], fmt: str = "openai")
     for index, request in enumerate(requests):
         if fmt == "openai":
             record = {"id": f"r{index}", "timestamp": 1_767_225_600 + index * 0.5,
-                      "conversation_id": request.conversation_id,
+                      "conversation_id": request.conversation_id, "replica": f"pod-{index * 7 % 3}",
                       "messages": [{"role": m.role, "content": m.content} for m in request.messages],
                       "completion": request.completion}
         else:
@@ -97,6 +97,7 @@ def test_workers_parse_json_lines_as_one_process(real_file, tmp_path, fmt):
     assert all(f"{path}:{line}:" in text for line in (3, 257, 258, 514, 700)), problems
     if fmt == "openai":
         assert serial["overlap"]["context_requests"] > 0
+        assert serial["routing"]["policy"] == "log" and len(serial["routing"]["names"]) == 3
 
 
 def test_workers_recompute_the_overlaps_that_cross_chunks(real_file, tmp_path):

@@ -10,6 +10,7 @@ from advisor import limits
 from advisor.cli.options import FiniteFloatRange, speculative_config as speculative_config_option
 from advisor.errors import ConfigError
 from advisor.ingest import FORMATS
+from advisor.vllm_vocab import DEFAULT_ROUTING, ROUTING_POLICIES
 
 if TYPE_CHECKING:
     from advisor.report import Report
@@ -45,6 +46,12 @@ class _DraftBar:
 @click.option("--max-num-seqs", type=click.IntRange(1, limits.MAX_NUM_SEQS), help="The deployment's --max-num-seqs (default: assumed and stated).")
 @click.option("--request-rate", type=FiniteFloatRange(0, limits.MAX_REQUEST_RATE, min_open=True),
               help="Business load in requests/s, for logs without timestamps.")
+@click.option("--replicas", type=click.IntRange(1, limits.MAX_REPLICAS), default=1, show_default=True,
+              help="vLLM servers the logged traffic is spread over (ignored when the log names each request's "
+                   "replica): each has its own prefix cache, suffix tree and share of the load.")
+@click.option("--routing", type=click.Choice(ROUTING_POLICIES), default=DEFAULT_ROUTING, show_default=True,
+              help="How the router spreads requests over --replicas: round_robin, or consistent_hash "
+                   "(a conversation stays on one replica).")
 @click.option("--history", type=click.Path(dir_okay=False, exists=True), metavar="HISTORY.jsonl",
               help="An `advise verify` history: records for the same --model, --gpu and --tp replace the fitted step "
                    "costs and the acceptance (docs/engine.md).")
@@ -77,7 +84,7 @@ class _DraftBar:
                    "alone: a local one) into the same report. Needs advise[ray] (docs/ray.md).")
 def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokenizer: str | None, model: str | None,
                     gpu: str | None, tp: int, max_num_seqs: int | None, request_rate: float | None,
-                    history: str | None, block_size: int, hash_block_size: int, speculative_config: dict | None, drafts: tuple[str, ...],
+                    replicas: int, routing: str, history: str | None, block_size: int, hash_block_size: int, speculative_config: dict | None, drafts: tuple[str, ...],
                     max_draft_requests: int, no_replay: bool,
                     no_sweep: bool, max_replay_requests: int, no_recommend: bool, as_json: bool, out: str | None,
                     checklist: str | None, html_path: str | None, no_progress: bool, workers: int,
@@ -104,7 +111,7 @@ def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokeni
         raise ConfigError("--checklist needs the recommendation: drop --no-recommend")
     options = ProfileOptions(
         paths=logs, fmt=fmt, strict=strict, tokenizer=tokenizer, model=model, gpu=gpu, tp=tp, max_num_seqs=max_num_seqs,
-        request_rate=request_rate, history=history, block_size=block_size,
+        request_rate=request_rate, replicas=replicas, routing=routing, history=history, block_size=block_size,
         hash_block_size=hash_block_size, speculative_config=speculative_config, drafts=drafts,
         max_draft_requests=max_draft_requests, replay=not no_replay,
         sweep=not no_sweep,

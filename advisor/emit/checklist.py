@@ -50,6 +50,8 @@ def render_checklist(report: Report) -> str:
         ("Which bottleneck (decide before configuring)", [
             f"Prefix reuse: {_pct(report.cached_share)} of prompt tokens come from the prefix cache ("
             + ("APC replay at this GPU's capacity" if apc_measured else "unlimited-cache ceiling")
+            + (f", per replica: {report.routing.replicas} replicas, {report.routing.source}"
+               if report.routing and report.routing.replicas > 1 else "")
             + f", ceiling {_pct(report.prefix_ceiling)}); "
             f"APC only shortens prefill: predicted to save "
             f"{_num(predicted.ttft_ms.apc_saving, 1)} ms of TTFT",

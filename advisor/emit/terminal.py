@@ -116,6 +116,10 @@ def render_terminal(report: Report, style: bool = False) -> str:
             f"  APC replay: hit rate {_pct(apc.hit_rate)} at {_fmt(capacity)} blocks"
             f" ({apc.capacity_source}); {apc.prefill_tokens_saved:,} prefill tokens saved"
         )
+    split = report.routing
+    if split and split.replicas > 1 and (apc or report.replay):
+        out.line(f"  {split.replicas:,} replicas ({split.source}): APC and suffix replays per replica, each with its "
+                 f"own cache and tree; {min(split.requests):,}-{max(split.requests):,} requests each")
 
     overlap = report.overlap
     if overlap:

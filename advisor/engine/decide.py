@@ -157,17 +157,22 @@ def _workload(report: Report, cost: CostModel, max_batch: int, assumptions: list
             rate *= batch / max(running, 1e-6)
         return rate
 
+    # The logged traffic is spread over the replicas (report.routing): one server sees the busiest one's share.
+    share = report.routing.busiest_share if report.routing is not None and report.routing.replicas > 1 else 1.0
+    if share < 1.0:
+        assumptions.append(f"load per server: the busiest of {report.routing.replicas} replicas takes {share:.1%} "
+                           f"of the requests ({report.routing.source}); rates and logged concurrency scaled alike")
     arrivals = report.arrivals
     if arrivals and arrivals.mean_rate_rps:
-        typical = float(options.request_rate or arrivals.mean_rate_rps)
-        peak = max(peak_rate(arrivals), typical)
+        typical = float(options.request_rate or arrivals.mean_rate_rps) * share
+        peak = max(peak_rate(arrivals) * share, typical)
         source = "observed arrivals" if options.request_rate is None else "--request-rate (peak from the logs)"
         concurrency = arrivals.concurrency
         if options.request_rate is None and concurrency and concurrency.mean:
-            # The logging server held this many requests in flight: never assume a lighter load than that
+            # The logging servers held this many requests in flight: never assume a lighter load than that
             # (conservative for speculation, whose gain shrinks with batch).
-            observed_typical = min(float(concurrency.mean), max_batch)
-            observed_peak = min(float(concurrency.p99 or concurrency.mean), max_batch)
+            observed_typical = min(float(concurrency.mean) * share, max_batch)
+            observed_peak = min(float(concurrency.p99 or concurrency.mean) * share, max_batch)
             if cost.open_loop(typical, input_len, output_len, async_scheduling=True, cached_share=cached,
                               max_batch=max_batch).batch < observed_typical:
                 typical = rate_for_batch(observed_typical)
@@ -177,7 +182,7 @@ def _workload(report: Report, cost: CostModel, max_batch: int, assumptions: list
                 peak = rate_for_batch(observed_peak)
         return Workload(typical, max(peak, typical), input_len, output_len, cached, source)
     if options.request_rate:
-        rate = float(options.request_rate)
+        rate = float(options.request_rate) * share
         assumptions.append("no timestamps in the logs: load from --request-rate; peak assumed 2x")
         return Workload(rate, 2 * rate, input_len, output_len, cached, "--request-rate")
     assumptions.append(

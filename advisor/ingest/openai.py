@@ -42,6 +42,8 @@ TTFT_S_KEYS = ("ttft", "ttft_s", "time_to_first_token")
 TTFT_MS_KEYS = ("ttft_ms", "time_to_first_token_ms")
 CONVERSATION_KEYS = ("conversation_id", "session_id", "thread_id", "chat_id", "conversation", "session",
                      "user", "user_id")
+# The serving replica, as a gateway or a multi-instance log names it (advisor.measure.routing).
+REPLICA_KEYS = ("replica", "replica_id", "instance", "instance_id", "pod", "pod_name")
 # The checked scalar fields, per layer they are read from (docs/input.md: accepted ranges).
 SAMPLING = Schema("openai request", (
     Field("temperature", _schema.temperature),
@@ -248,8 +250,13 @@ def _time(layers: list[dict[str, Any]], keys: tuple[str, ...]) -> float | None:
 
 
 def _conversation(layers: list[dict[str, Any]]) -> str | None:
+    return _identifier(layers, CONVERSATION_KEYS)
+
+
+def _identifier(layers: list[dict[str, Any]], keys: tuple[str, ...]) -> str | None:
+    """The first of `keys` in the layers or their `metadata` objects, as a string (ids may be integers)."""
     metadata = [layer["metadata"] for layer in layers if isinstance(layer.get("metadata"), dict)]
-    found = _first(layers + metadata, CONVERSATION_KEYS)
+    found = _first(layers + metadata, keys)
     if found is None:
         return None
     value = found[1]
@@ -341,6 +348,7 @@ def convert(record: Any, source: str) -> list[Request]:
     common = dict(
         timestamp=timestamp,
         conversation_id=_conversation(layers),
+        replica=_identifier(layers, REPLICA_KEYS),
         turn=logged_turn,
         model=model[1] if model is not None else None,
         sampling=_sampling(sampling),

@@ -410,16 +410,71 @@ def apc_report(
     durations: Sequence[float] | np.ndarray | None = None,
     fractions: Sequence[float] = CURVE_FRACTIONS,
     footprint: tuple[np.ndarray, np.ndarray] | None = None,
+    replicas: np.ndarray | None = None,
 ) -> ApcReport:
     """Ceiling (infinite cache), hit rate at `capacity` blocks, and the curve at `fractions` of the blocks
-    the ceiling needs (plus `capacity` itself when given); `footprint` as in `simulate_apc`."""
-    prepared = _Prepared(requests, block_size, output_tokens, arrivals, durations, footprint)
-    ceiling, needed = prepared.run(None)
-    at_capacity = prepared.run(capacity)[0] if capacity is not None else None
+    the ceiling needs (plus `capacity` itself when given); `footprint` as in `simulate_apc`.
+
+    `replicas[i]` is the replica serving request i (advisor.measure.routing; None: one). Each replica is a
+    vLLM server with its own cache of `capacity` blocks that sees only its own requests: the replays run per
+    replica and their counters add; capacities (the curve's too) are per replica, and the ceiling needs the
+    blocks of the replica that needs most.
+    """
+    groups = _replica_groups(len(requests), replicas)
+    prepared = [
+        (rows, _Prepared([requests[i] for i in rows], block_size, _subset(output_tokens, rows),
+                         _subset(arrivals, rows), _subset(durations, rows),
+                         None if footprint is None else (_subset(footprint[0], rows), _subset(footprint[1], rows))))
+        for rows in groups
+    ]
+
+    def run(size: int | None) -> tuple[ApcResult, int]:
+        runs = [(rows, *replica.run(size)) for rows, replica in prepared]
+        if len(runs) == 1:
+            return runs[0][1], runs[0][2]
+        return _combined(runs, len(requests), block_size), max(touched for _, _, touched in runs)
+
+    ceiling, needed = run(None)
+    at_capacity = run(capacity)[0] if capacity is not None else None
     sizes = sorted({max(1, int(round(needed * f))) for f in fractions} | ({capacity} if capacity else set()))
     curve = []
     for size in sizes:
-        result = at_capacity if at_capacity is not None and size == capacity else prepared.run(size)[0]
+        result = at_capacity if at_capacity is not None and size == capacity else run(size)[0]
         curve.append(CurvePoint(size, result.hit_rate))
     saved = (at_capacity or ceiling).hit_tokens
     return ApcReport(at_capacity, ceiling, int(needed), tuple(curve), saved)
+
+
+def _replica_groups(count: int, replicas: np.ndarray | None) -> list[np.ndarray]:
+    """The request indices of each replica that serves any, in order (one group: every request)."""
+    if replicas is None:
+        return [np.arange(count)]
+    replicas = np.asarray(replicas, dtype=np.int64)
+    if replicas.shape != (count,):
+        raise ValueError("replicas needs one entry per request")
+    groups = [np.flatnonzero(replicas == replica) for replica in np.unique(replicas)]
+    return groups or [np.arange(0)]
+
+
+def _subset(values: Sequence | np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
+    return None if values is None else np.asarray(values)[rows]
+
+
+def _combined(runs: list[tuple[np.ndarray, ApcResult, int]], count: int, block_size: int) -> ApcResult:
+    """The replicas' results as one: counters summed, per-request hits back in request order."""
+    per_request = np.zeros(count, np.int64)
+    for rows, result, _ in runs:
+        per_request[rows] = result.per_request_hit_tokens
+    total = sum(result.prompt_tokens for _, result, _ in runs)
+    hits = sum(result.hit_tokens for _, result, _ in runs)
+    return ApcResult(
+        block_size=block_size,
+        capacity_blocks=runs[0][1].capacity_blocks,
+        requests=count,
+        prompt_tokens=total,
+        hit_tokens=hits,
+        hit_rate=hits / total if total else None,
+        queued_requests=sum(result.queued_requests for _, result, _ in runs),
+        unserved_requests=sum(result.unserved_requests for _, result, _ in runs),
+        per_request_hit_tokens=per_request,
+    )

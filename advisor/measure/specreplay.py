@@ -218,18 +218,20 @@ def replay_config(
     seed: int = 0,
     suffix_token_budget: int | None = SUFFIX_TOKEN_BUDGET,
     threads: int = 1,
+    replicas: np.ndarray | None = None,
 ) -> SpecReplay:
     """Replays exactly this `--speculative-config` over `requests` (in arrival order; ngram on `threads`).
 
     ngram: at most `max_requests` requests, a seeded uniform sample (requests are independent).
     suffix: requests depend on earlier outputs (the global tree), so a log above `suffix_token_budget`
-    tokens is replayed over one arrival-order window that fits (`suffix_window`).
+    tokens is replayed over one arrival-order window that fits (`suffix_window`), one global tree per
+    replica (`replicas[i]`: the replica of request i; None: one).
     """
     config = _lookup_config(spec_config)
     k = config["num_speculative_tokens"]
     if config["method"] == "suffix":
         all_counters, all_per_pos, sampling = _suffix_counters(config, [k], requests, max_model_len,
-                                                               suffix_token_budget, seed)
+                                                               suffix_token_budget, seed, replicas)
         counters, per_pos = all_counters[:, 0], all_per_pos[0]
     else:
         chosen = sample_indices(len(requests), max_requests, seed)
@@ -252,10 +254,11 @@ def sweep(
     suffix_token_budget: int | None = SUFFIX_TOKEN_BUDGET,
     suffix_ks: Iterable[int] | None = None,
     threads: int = 1,
+    replicas: np.ndarray | None = None,
 ) -> ReplaySweep:
     """ngram for every window x k (one replay pass, on `threads` threads) and suffix (vLLM defaults) for
     every k of `suffix_ks` (default: `ks`; one pass, so adding vLLM's default k=24 here costs little more
-    than one k)."""
+    than one k; one global tree per replica of `replicas`, as in `replay_config`)."""
     ks = tuple(ks)
     windows = tuple(windows)
     chosen = sample_indices(len(requests), max_requests, seed)
@@ -267,7 +270,7 @@ def sweep(
             base = normalize_config({"method": "suffix"})
             chosen_ks = ks if suffix_ks is None else tuple(suffix_ks)
             suffix_job = worker.submit(_suffix_counters, base, chosen_ks, requests, max_model_len,
-                                       suffix_token_budget, seed)
+                                       suffix_token_budget, seed, replicas)
         counters, per_pos = ngram.replay_ngram(picked, windows, ks, max_model_len, threads)
         for w, (low, high) in enumerate(windows):
             for ki, k in enumerate(ks):
@@ -308,25 +311,39 @@ def kv_footprint(
 
 def _suffix_counters(
     config: dict, ks: Sequence[int], requests: Sequence[TokenizedRequest], max_model_len: int | None,
-    token_budget: int | None, seed: int,
+    token_budget: int | None, seed: int, replicas: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, str]:
-    """Suffix replay over `suffix_window`; counters of the requests it speculates for, and a note."""
+    """Suffix replay over `suffix_window`; counters of the requests it speculates for, and a note.
+
+    `replicas[i]`: the replica serving request i (advisor.measure.routing; None: one). Each replica has its
+    own global tree of its own requests' outputs, so the window's requests replay per replica and the
+    counters add (rows stay in request order)."""
     start, stop, first = suffix_window(requests, token_budget, seed)
-    counters, per_pos = suffix.replay_suffix(
-        requests[start:stop],
-        ks,
-        max_tree_depth=config["suffix_decoding_max_tree_depth"],
-        max_cached_requests=config["suffix_decoding_max_cached_requests"],
-        max_spec_factor=float(config["suffix_decoding_max_spec_factor"]),
-        min_token_prob=float(config["suffix_decoding_min_token_prob"]),
-        max_model_len=max_model_len,
-        speculate_for=np.arange(first - start, stop - start),
-    )
+    window = np.arange(start, stop)
+    groups = [window] if replicas is None else [window[replicas[start:stop] == r]
+                                               for r in np.unique(replicas[start:stop])]
+    counters = np.zeros((stop - start, len(ks), ngram.COUNTER_COLUMNS), dtype=np.int64)
+    per_pos = np.zeros((len(ks), max(ks)), dtype=np.int64)
+    for rows in groups:
+        replica_counters, replica_per_pos = suffix.replay_suffix(
+            [requests[i] for i in rows],
+            ks,
+            max_tree_depth=config["suffix_decoding_max_tree_depth"],
+            max_cached_requests=config["suffix_decoding_max_cached_requests"],
+            max_spec_factor=float(config["suffix_decoding_max_spec_factor"]),
+            min_token_prob=float(config["suffix_decoding_min_token_prob"]),
+            max_model_len=max_model_len,
+            speculate_for=np.flatnonzero(rows >= first),
+        )
+        counters[rows - start] = replica_counters
+        per_pos += replica_per_pos
     if stop - start == len(requests):
         note = "all requests"
     else:
         note = (f"arrival-order window: requests {start}..{stop - 1} replayed, {first}..{stop - 1} measured; "
                 f"the global suffix tree holds only the window's earlier outputs")
+    if len(groups) > 1:
+        note += f"; one global suffix tree per replica ({len(groups)} replicas)"
     return counters[first - start :], per_pos, note
 
 
