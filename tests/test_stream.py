@@ -4,6 +4,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import orjson
 import pytest
 
 from advisor import stream
@@ -52,11 +53,37 @@ def test_sharegpt_workers_route_conversations_whole(real_file):
     assert_same(serial, parallel)
 
 
+@pytest.mark.parametrize("layout", ["array", "jsonl"])
+def test_workers_parse_sharegpt_conversations_as_one_process(real_file, tmp_path, layout):
+    """ShareGPT goes to the workers as chunks of conversations (a JSON array's written back one per line,
+    numbered by position): the same report as one process, with bad elements and bad turns reported at the
+    same positions, and the main process sends no request histories."""
+    from advisor.ingest import LineChunk, read_parts
+
+    records = orjson.loads(real_file("sharegpt_v3_subset.json").read_bytes())[:700]
+    records[4] = "not a conversation"
+    records[10] = {"id": "x", "conversations": [{"from": "robot", "value": "?"}, *records[10]["conversations"]]}
+    records[600] = {"id": "big", "n": "BIG", "conversations": records[600]["conversations"]}
+    path = tmp_path / f"sharegpt.{'json' if layout == 'array' else 'jsonl'}"
+    if layout == "array":
+        data = orjson.dumps(records, option=orjson.OPT_INDENT_2)
+    else:
+        data = b"\n".join(orjson.dumps(record) for record in records) + b"\n"
+    path.write_bytes(data.replace(b'"BIG"', b"123456789012345678901234567890"))  # beyond 64 bits: read as a float
+    parts = list(read_parts([str(path)]))
+    assert parts and all(isinstance(part, LineChunk) for part in parts)
+    assert [number for part in parts for number, _ in part.lines] == list(range(1, 701))
+    options = ProfileOptions(paths=(str(path),), sweep=False)
+    serial = build_profile(options).report.to_dict()
+    assert_same(serial, build_profile(options, workers=2).report.to_dict())
+    problems = serial["ingest"]["problems"]
+    assert [problem.split(":")[1] for problem in problems[:3]] == ["5", "11", "72"], problems  # 72: the data's own
+
+
 def _chat_log(real_file, path, bad_lines: dict[int, bytes], fmt: str = "openai") -> None:
     """A JSON Lines log (openai chat records or bench-custom prompts) from the real ShareGPT conversations,
     turns of a conversation on consecutive lines (so conversations cross the 256-line chunks), with the
     given raw lines put in at those line numbers (1-based)."""
-    import orjson
 
     from advisor.ingest import read_requests
 

@@ -44,11 +44,13 @@ READERS: dict[str, Reader] = {
     aider.NAME: aider.read,
 }
 # JSON Lines formats whose every record is one line and reads alone: `read_parts` hands their files on as chunks
-# of raw lines, which worker processes decode and parse (`parse_chunk`).
+# of raw lines, which worker processes decode and parse (`parse_chunk`). A ShareGPT JSON array is loaded here
+# and handed on as chunks of its conversations, each written back as one line (`_array_chunks`).
 LINE_READERS: dict[str, Callable[[Iterable[tuple[int, Any]], str, Sink, int], Iterator[Request]]] = {
     openai.NAME: openai.read_records,
     bench_custom.NAME: bench_custom.read_records,
     mooncake.NAME: mooncake.read_records,
+    sharegpt.NAME: sharegpt.read_records,
 }
 # Formats without text to tokenize (so a pool of workers need not load a tokenizer before it forks).
 TOKEN_FREE = frozenset({mooncake.NAME, csv_traces.AZURE, csv_traces.BURSTGPT})
@@ -330,6 +332,8 @@ def _read(paths: Sequence[str], fmt: str | None, strict: bool, hash_block_size: 
                 stats.formats[paths[index]] = name
                 group.append((paths[index], following))
             yield from _read_group(name, group, stats, strict)
+        elif chunked and name == sharegpt.NAME and sharegpt.is_array(source):
+            yield from _array_chunks(name, source)
         elif chunked and name in LINE_READERS:
             yield from _chunks(name, source)
         else:
@@ -348,6 +352,20 @@ def _chunks(name: str, source: Source) -> Iterator[LineChunk]:
             lines, first = [], False
         lines.append(line)
     yield LineChunk(name, source.name, lines, first, True)
+
+
+def _array_chunks(name: str, source: Source) -> Iterator[LineChunk]:
+    """A ShareGPT JSON array's conversations in LineChunks of CHUNK_LINES, each conversation written back as one
+    JSON line numbered by its position (the reader's numbering): workers parse them as JSON Lines, and the main
+    process sends compact bytes instead of each request's whole history. orjson reads back exactly what it
+    writes (it reads integers beyond 64 bits as floats, which it writes again), so the records are the same."""
+    document = sharegpt.load_array(source)
+    if not document:
+        yield LineChunk(name, source.name, [], True, True)
+    for start in range(0, len(document), CHUNK_LINES):
+        lines: list[RawLine] = [(start + offset + 1, orjson.dumps(record))
+                                for offset, record in enumerate(document[start:start + CHUNK_LINES])]
+        yield LineChunk(name, source.name, lines, start == 0, start + CHUNK_LINES >= len(document))
 
 
 def _read_one(name: str, source: Source, stats: IngestStats, strict: bool, hash_block_size: int) -> Iterator[Request]:

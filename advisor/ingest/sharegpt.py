@@ -13,7 +13,7 @@ document has no line structure; in JSONL it is the line.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import orjson
 
@@ -80,9 +80,21 @@ def conversation_requests(record: Any, line: int, source: str, sink: Sink) -> It
 
 def _records(source: Source, sink: Sink) -> Iterator[tuple[int, Any]]:
     """(position, conversation) pairs of a JSON array (loaded whole) or of JSONL (streamed)."""
-    if not source.head().lstrip().startswith(b"["):
+    if not is_array(source):
         yield from iter_json_lines(source, sink)
         return
+    for position, record in enumerate(load_array(source), 1):
+        sink.stats.records_read += 1
+        yield position, record
+
+
+def is_array(source: Source) -> bool:
+    """Whether the file is one JSON array (else JSON Lines)."""
+    return source.head().lstrip().startswith(b"[")
+
+
+def load_array(source: Source) -> list[Any]:
+    """The conversations of a file that is one JSON array; InputError when it is not valid JSON or no array."""
     try:
         document = orjson.loads(source.read_all())
     except orjson.JSONDecodeError as exc:
@@ -90,11 +102,14 @@ def _records(source: Source, sink: Sink) -> Iterator[tuple[int, Any]]:
                          f"column {exc.colno}); a ShareGPT file is one JSON array or JSONL") from None
     if not isinstance(document, list):
         raise InputError(f"{source.name}: expected a JSON array of conversations, got {type_name(document)}")
-    for position, record in enumerate(document, 1):
-        sink.stats.records_read += 1
-        yield position, record
+    return document
+
+
+def read_records(records: Iterable[tuple[int, Any]], name: str, sink: Sink, hash_block_size: int) -> Iterator[Request]:
+    """The requests of (position or line, conversation) records: a file's, or a chunk's in a worker."""
+    return _schema.convert_each(records, lambda position, record: conversation_requests(record, position, name, sink),
+                                sink)
 
 
 def read(source: Source, sink: Sink, hash_block_size: int) -> Iterator[Request]:
-    return _schema.convert_each(
-        _records(source, sink), lambda position, record: conversation_requests(record, position, source.name, sink), sink)
+    return read_records(_records(source, sink), source.name, sink, hash_block_size)
