@@ -26,7 +26,7 @@ import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from advisor import ingest
 from advisor.errors import AdvisorError
 from advisor.measure import overlap, prefix, routing, state
 from advisor.record import Request, SamplingParams, pickled_by_fields
+
+if TYPE_CHECKING:
+    from advisor.tokenize import PackedIds
 
 BATCH_REQUESTS = 256
 OVERLAP_MAX_N = 5
@@ -62,18 +65,65 @@ class StreamOptions:
 
 @pickled_by_fields
 @dataclass(slots=True)
-class Measured:
-    """The heavy results of one request (None where the log lacks what they need)."""
+class MeasuredBatch:
+    """The heavy results of one batch of requests, in packed arrays (no object per request: a batch's
+    results pickle as a few arrays when they come back from a worker).
 
-    input_len: float
-    output_len: float
-    text_prompt: bool  # the prompt was tokenized (text), not taken from logged counts
-    chain: prefix.PrefixBlocks | None
-    chain_block_size: int
-    overlap_counts: np.ndarray | None  # 3 x OVERLAP_MAX_N, see overlap.overlap_counts
-    with_context: bool
-    prompt_ids: np.ndarray | None
-    output_ids: np.ndarray | None
+    Request i's token ids (the tokenizer's, or the log's) are `ids[starts[i]:]`: `prompt_lens[i]` prompt
+    ids, then `output_lens[i]` output ids (-1: none). Its block chain is hashed from them when the chain
+    sample keeps it (`collect_batch`: most of a big log's chains are not kept); a token-free trace's chain
+    comes from its logged block ids (`traced`). The overlap counts are those of the requests with a prompt
+    and a non-empty output, `counted`, in order.
+    """
+
+    input_lens: np.ndarray  # float64, NaN where unknown
+    output_lens: np.ndarray  # float64
+    text_prompt: np.ndarray  # bool: the prompt was tokenized (text), not taken from logged counts
+    ids: np.ndarray  # int32
+    starts: np.ndarray  # int64
+    prompt_lens: np.ndarray  # int64
+    output_lens_ids: np.ndarray  # int64
+    block_size: int  # of the chains hashed from token ids
+    traced: list[tuple[int, prefix.PrefixBlocks, int]]  # (request, chain, its block size) from block ids
+    counted: np.ndarray  # int64: the requests with overlap counts
+    overlap_counts: np.ndarray  # int64, len(counted) x 3 x OVERLAP_MAX_N, see overlap.overlap_counts
+    with_context: np.ndarray  # bool, per counted request
+
+    def prompt(self, index: int) -> np.ndarray:
+        """Request `index`'s prompt ids (a view into the batch's ids; it has some)."""
+        start = int(self.starts[index])
+        return self.ids[start:start + int(self.prompt_lens[index])]
+
+    def output(self, index: int) -> np.ndarray:
+        """Request `index`'s output ids (a view; it has a prompt and an output)."""
+        start = int(self.starts[index]) + int(self.prompt_lens[index])
+        return self.ids[start:start + int(self.output_lens_ids[index])]
+
+    @classmethod
+    def merged(cls, size: int, parts: list[tuple[list[int], MeasuredBatch]]) -> MeasuredBatch:
+        """One batch of `size` requests from the results of its parts (the batch's indices of each part's
+        requests, in order): what one process measuring the whole batch gives."""
+        floats = np.empty((2, size))
+        flags = np.empty(size, dtype=bool)
+        lengths = np.empty((3, size), dtype=np.int64)
+        traced, counted, with_context = [], [], []
+        counts: list[np.ndarray] = []
+        offset = 0
+        for indices, part in parts:
+            where = np.asarray(indices, dtype=np.int64)
+            floats[0, where], floats[1, where] = part.input_lens, part.output_lens
+            flags[where] = part.text_prompt
+            lengths[:, where] = part.starts + offset, part.prompt_lens, part.output_lens_ids
+            offset += part.ids.size
+            traced.extend((indices[i], chain, block_size) for i, chain, block_size in part.traced)
+            counted.append(where[part.counted])
+            counts.append(part.overlap_counts)
+            with_context.append(part.with_context)
+        order = np.argsort(np.concatenate(counted), kind="stable")
+        return cls(floats[0], floats[1], flags, np.concatenate([part.ids for _, part in parts]), lengths[0],
+                   lengths[1], lengths[2], parts[0][1].block_size, sorted(traced, key=lambda item: item[0]),
+                   np.concatenate(counted)[order], np.concatenate(counts)[order],
+                   np.concatenate(with_context)[order])
 
 
 @pickled_by_fields
@@ -103,7 +153,7 @@ class MeasuredChunk:
     tokenizer it loaded for text (then the report names it, as after a serial run)."""
 
     facts: list[Facts]
-    measured: list[Measured]
+    measured: MeasuredBatch
     stats: ingest.IngestStats
     bad_records: int
     tokenizer_used: bool
@@ -220,79 +270,137 @@ def _has_ids(request: Request) -> bool:
     return request.prompt_token_ids is not None or request.output_token_ids is not None
 
 
+def _packed_ids(batch: list[Request], text: list[int], options: StreamOptions,
+                tokenizer_state: dict[str, Any]) -> PackedIds:
+    """The batch's token ids packed: the tokenizer's for the requests `text` (indices), the log's for the
+    others that carry ids, none for the rest."""
+    from advisor.tokenize import PackedIds, logged_ids
+
+    size = len(batch)
+    if len(text) == size:
+        return load_request_tokenizer(options, tokenizer_state).tokenize_packed(batch)
+    starts = np.zeros(size, dtype=np.int64)
+    lengths = np.full((2, size), -1, dtype=np.int64)
+    arrays: list[np.ndarray] = []
+    offset = 0
+    if text:
+        packed = load_request_tokenizer(options, tokenizer_state).tokenize_packed([batch[i] for i in text])
+        where = np.asarray(text, dtype=np.int64)
+        starts[where], lengths[0, where], lengths[1, where] = packed.starts, packed.prompt_lens, packed.output_lens
+        arrays.append(packed.ids)
+        offset = packed.ids.size
+    chosen = set(text)
+    for index, request in enumerate(batch):
+        if index in chosen or not _has_ids(request):
+            continue
+        item = logged_ids(request)
+        starts[index] = offset
+        for side, ids in enumerate((item.prompt_ids, item.output_ids)):
+            if ids is not None:
+                lengths[side, index] = ids.size
+                arrays.append(ids)
+                offset += ids.size
+    ids = np.concatenate(arrays).astype(np.int32, copy=False) if arrays else np.zeros(0, dtype=np.int32)
+    return PackedIds(ids, starts, lengths[0], lengths[1])
+
+
 def measure_batch(batch: list[Request], options: StreamOptions, tokenizer_state: dict[str, Any],
-                  context: state.ContextOutputs) -> list[Measured]:
-    """Tokenization, block chain and overlap counts of each request (in order; updates `context`)."""
+                  context: state.ContextOutputs) -> MeasuredBatch:
+    """Tokenization and overlap counts of each request (in order; updates `context`), in packed arrays."""
     # Logged token ids need no tokenizer; one named with --tokenizer checks them against its vocabulary.
     named = options.tokenizer is not None
-    text = [r for r in batch if r.needs_tokenizer or (named and _has_ids(r))]
-    tokenized = {}
-    if text:
-        for item in load_request_tokenizer(options, tokenizer_state).tokenize(text):
-            tokenized[id(item.request)] = item
-    results = []
-    for request in batch:
-        item = tokenized.get(id(request))
-        if item is None and _has_ids(request):
-            from advisor.tokenize import logged_ids
-
-            item = logged_ids(request)
-        prompt_ids = item.prompt_ids if item is not None else None
-        output_ids = item.output_ids if item is not None else None
-        input_len = len(prompt_ids) if prompt_ids is not None else request.prompt_tokens
-        output_len = len(output_ids) if output_ids is not None else request.completion_tokens
-        chain, chain_block_size = None, options.block_size
-        if prompt_ids is not None:
-            chain = prefix.PrefixBlocks.from_tokens(prompt_ids, options.block_size, output_ids)
-        elif request.block_hashes is not None and request.prompt_tokens is not None:
-            chain = prefix.PrefixBlocks.from_block_ids(request.block_hashes, request.prompt_tokens)
-            chain_block_size = request.hash_block_size or options.hash_block_size
-        counts, with_context = None, False
-        if prompt_ids is not None and output_ids is not None and len(output_ids):
-            earlier = context.earlier(request.conversation_id) if request.conversation_id is not None else None
-            counts = overlap.overlap_counts(prompt_ids, output_ids, earlier, OVERLAP_MAX_N)
-            with_context = earlier is not None
-            if request.conversation_id is not None:
-                context.add(request.conversation_id, output_ids)
-        else:
-            prompt_ids = output_ids = None  # only requests with both feed the replays
-        results.append(Measured(_nan(input_len), _nan(output_len), item is not None and item.prompt_ids is not None,
-                                chain, chain_block_size, counts, with_context, prompt_ids, output_ids))
-    return results
+    text = [i for i, r in enumerate(batch) if r.needs_tokenizer or (named and _has_ids(r))]
+    packed = _packed_ids(batch, text, options, tokenizer_state)
+    prompt_lens, output_lens = packed.prompt_lens, packed.output_lens
+    traced = []
+    for index, request in enumerate(batch):
+        if prompt_lens[index] < 0 and request.block_hashes is not None and request.prompt_tokens is not None:
+            traced.append((index, prefix.PrefixBlocks.from_block_ids(request.block_hashes, request.prompt_tokens),
+                           request.hash_block_size or options.hash_block_size))
+    # Only requests with a prompt and an output have overlap counts and feed the replays.
+    counted = np.flatnonzero((prompt_lens >= 0) & (output_lens > 0))
+    contexts: list[list[np.ndarray] | None] = []
+    for index in counted.tolist():
+        conversation = batch[index].conversation_id
+        if conversation is None:
+            contexts.append(None)
+            continue
+        contexts.append(context.earlier(conversation))
+        start = int(packed.starts[index]) + int(prompt_lens[index])
+        # A copy: a view would keep the whole batch's ids alive as long as the conversation's context.
+        context.add(conversation, packed.ids[start:start + int(output_lens[index])].copy())
+    counts = overlap.overlap_counts_packed(packed.ids, packed.starts, prompt_lens, output_lens, counted, contexts,
+                                           OVERLAP_MAX_N)
+    with_context = np.array([c is not None for c in contexts], dtype=bool)
+    logged_in = np.array([_nan(r.prompt_tokens) for r in batch])
+    logged_out = np.array([_nan(r.completion_tokens) for r in batch])
+    return MeasuredBatch(np.where(prompt_lens >= 0, prompt_lens, logged_in),
+                         np.where(output_lens >= 0, output_lens, logged_out), prompt_lens >= 0, packed.ids,
+                         packed.starts, prompt_lens, output_lens, options.block_size, traced, counted, counts,
+                         with_context)
 
 
-def collect_batch(batch: Sequence[Request | Facts], measured: list[Measured], out: Collected) -> None:
+def collect_batch(batch: Sequence[Request | Facts], measured: MeasuredBatch, out: Collected) -> None:
     """Appends one batch's results to `out`, in file order."""
-    timestamps, latencies, logged, shares4, labels, affinities = [], [], [], [], [], []
-    names = out.replica_names
-    for index, (request, result) in enumerate(zip(batch, measured)):
-        row = out.rows + index
-        labels.append(-1 if request.replica is None else names.setdefault(request.replica, len(names)))
-        affinities.append(routing.affinity(sample_key(request)))
-        timestamps.append(_nan(request.timestamp))
-        latencies.append(_nan(request.latency_s))
-        logged.append(_nan(request.prompt_tokens if result.text_prompt else None))
+    first = out.rows
+    size = len(batch)
+    for request in batch:
         out.sampling.add(request.sampling)
-        if result.chain is not None:
-            out.store.add(row, sample_key(request), result.chain, result.chain_block_size)
-        share4 = float("nan")
-        if result.overlap_counts is not None:
-            counts = result.overlap_counts
-            out.overlap_counts.extend(counts.ravel())
-            out.overlap_with_context.extend([result.with_context])
-            if counts[0, 3]:
-                share4 = counts[1, 3] / counts[0, 3]
-            out.replay.add(row, request.source, result.prompt_ids, result.output_ids)
-        shares4.append(float(share4))
-    out._timestamps.extend(timestamps)
-    out._input_lens.extend([r.input_len for r in measured])
-    out._output_lens.extend([r.output_len for r in measured])
-    out._latencies.extend(latencies)
-    out._logged_prompt_tokens.extend(logged)
+    _collect_chains(batch, measured, out.store, first)
+    counted = measured.counted
+    shares4 = np.full(size, np.nan)
+    if counted.size:
+        counts = measured.overlap_counts
+        out.overlap_counts.extend(counts.ravel())
+        out.overlap_with_context.extend(measured.with_context)
+        positions, hits = counts[:, 0, 3], counts[:, 1, 3]
+        shares4[counted] = np.divide(hits, positions, out=np.full(counted.size, np.nan), where=positions != 0)
+        for index in counted.tolist():
+            out.replay.add(first + index, batch[index].source, measured.prompt(index), measured.output(index))
+    out._timestamps.extend([_nan(request.timestamp) for request in batch])
+    out._input_lens.extend(measured.input_lens)
+    out._output_lens.extend(measured.output_lens)
+    out._latencies.extend([_nan(request.latency_s) for request in batch])
+    text_prompt = measured.text_prompt.tolist()
+    out._logged_prompt_tokens.extend([_nan(request.prompt_tokens if text else None)
+                                      for request, text in zip(batch, text_prompt)])
     out._overlap4.extend(shares4)
-    out._replica_labels.extend(labels)
-    out._affinities.extend(affinities)
-    out.rows += len(batch)
+    names = out.replica_names
+    out._replica_labels.extend([-1 if request.replica is None else names.setdefault(request.replica, len(names))
+                                for request in batch])
+    out._affinities.extend([routing.affinity(sample_key(request)) for request in batch])
+    out.rows += size
+
+
+def _collect_chains(batch: Sequence[Request | Facts], measured: MeasuredBatch, store: state.ChainStore,
+                    first: int) -> None:
+    """Offers each request's block chain to the store in row order, hashing from the token ids only those
+    the store keeps (all of them in one compiled call): a chain that the sample would drop is never hashed."""
+    block_size = measured.block_size
+    tokenized = np.flatnonzero(measured.prompt_lens >= 0).tolist()
+    offers: list[tuple[int, str, int]] = []  # (request, sample key, priority) in row order
+    for index in tokenized:
+        key = sample_key(batch[index])
+        offers.append((index, key, store.priority(key)))
+    kept = [index for index, _, priority in offers if store.keeps(priority)]
+    chains: dict[int, prefix.PrefixBlocks] = {}
+    if kept:
+        where = np.asarray(kept, dtype=np.int64)
+        prompt_lens = measured.prompt_lens[where]
+        cached_lens = prompt_lens + np.maximum(measured.output_lens_ids[where] - 1, 0)  # prompt + output[:-1]
+        blocks, offsets = prefix.block_hashes_packed(measured.ids, measured.starts[where], cached_lens, block_size)
+        for k, (index, tokens) in enumerate(zip(kept, prompt_lens.tolist())):
+            chains[index] = prefix.PrefixBlocks(tokens, tokens // block_size, blocks[offsets[k]:offsets[k + 1]])
+    traced = iter(measured.traced)
+    pending = next(traced, None)
+    for index, key, priority in offers:
+        while pending is not None and pending[0] < index:
+            store.add(first + pending[0], sample_key(batch[pending[0]]), pending[1], pending[2])
+            pending = next(traced, None)
+        store.add(first + index, key, chains.get(index), block_size, priority)
+    while pending is not None:
+        store.add(first + pending[0], sample_key(batch[pending[0]]), pending[1], pending[2])
+        pending = next(traced, None)
 
 
 Job = list[Request] | ingest.LineChunk  # a batch of requests, or a chunk of a file's raw lines
@@ -384,18 +492,20 @@ class _Crossings:
             raise ingest.no_request_error(chunk.name, chunk.fmt, self._file_bad,
                                           self.stats.problems[first:first + ingest.MAX_SHOWN])
         in_chunk: dict[str, int] = {}
-        for facts, measured in zip(result.facts, result.measured):
-            conversation = facts.conversation_id
-            if measured.overlap_counts is None or conversation is None:
+        measured = result.measured
+        for k, index in enumerate(measured.counted.tolist()):
+            conversation = result.facts[index].conversation_id
+            if conversation is None:
                 continue
             earlier = self.context.earlier(conversation)
             seen = in_chunk.get(conversation, 0)
+            output = measured.output(index)
             if len(earlier) != seen:
-                measured.overlap_counts = overlap.overlap_counts(measured.prompt_ids, measured.output_ids, earlier,
-                                                                 OVERLAP_MAX_N)
+                measured.overlap_counts[k] = overlap.overlap_counts(measured.prompt(index), output, earlier,
+                                                                    OVERLAP_MAX_N)
                 self.recomputed += 1
             in_chunk[conversation] = seen + 1
-            self.context.add(conversation, measured.output_ids)
+            self.context.add(conversation, output.copy())
 
 
 def _measure_chunk(chunk: ingest.LineChunk, options: StreamOptions, strict: bool,
@@ -513,7 +623,7 @@ class _WorkerPool:
                 inbox.put([job[i] for i in indices])
         return shards
 
-    def map(self, jobs: Iterator[Job]) -> Iterator[tuple[Job, list[Measured] | MeasuredChunk]]:
+    def map(self, jobs: Iterator[Job]) -> Iterator[tuple[Job, MeasuredBatch | MeasuredChunk]]:
         """(job, its results) in order; up to IN_FLIGHT_PER_WORKER jobs per worker ahead are being measured."""
         pending: list[tuple[Job, list[list[int]] | int]] = []
         next_row = 0  # requests of the batches sent (the routing key of requests without a conversation)
@@ -534,16 +644,15 @@ class _WorkerPool:
             if isinstance(shards, int):
                 yield job, self._chunk_result(shards)
                 continue
-            measured: list[Measured | None] = [None] * len(job)
+            parts: list[tuple[list[int], MeasuredBatch]] = []
             for outbox, process, indices in zip(self.outboxes, self.processes, shards):
                 if not indices:
                     continue
                 status, payload = _receive(outbox, process)
                 if status == "error":
                     raise payload
-                for index, result in zip(indices, payload):
-                    measured[index] = result
-            yield job, measured  # type: ignore[misc]
+                parts.append((indices, payload))
+            yield job, MeasuredBatch.merged(len(job), parts)  # type: ignore[arg-type]
 
     def _chunk_result(self, worker: int) -> MeasuredChunk:
         """A chunk's results from its worker; the tokenizer it used is then the run's (the report names it)."""

@@ -105,3 +105,30 @@ def test_summary_of_nothing_and_mismatched_n() -> None:
     assert s.to_dict()["prompt_share_request_p50"] == [None] * MAX_N
     with pytest.raises(ValueError):
         summarize_overlap([RequestOverlap((1,), (1,), None)])
+
+
+def test_long_outputs_take_wide_table_keys() -> None:
+    """Past 46,340 output tokens the n-gram keys no longer fit int32: the int64 table gives the same counts."""
+    rng = np.random.default_rng(11)
+    output = rng.integers(0, 400, 50_000)
+    prompt = np.concatenate((rng.integers(0, 400, 3_000), output[100:2_000]))
+    context = [output[:500], rng.integers(0, 400, 700)]
+    got = request_overlap(prompt, output, context, 4)
+    assert got == naive_overlap(prompt.tolist(), output.tolist(), [c.tolist() for c in context], 4)
+
+
+def test_packed_counts_equal_one_request_at_a_time() -> None:
+    """One compiled call over a batch's packed ids gives each request's `overlap_counts`."""
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(0, 30, int(rng.integers(0, 80))) for _ in range(40)]
+    outputs = [rng.integers(0, 30, int(rng.integers(1, 50))) for _ in range(40)]
+    contexts = [None if i % 5 == 0 else [rng.integers(0, 30, int(s)) for s in rng.integers(0, 30, i % 4)]
+                for i in range(40)]
+    ids = np.concatenate([part for pair in zip(prompts, outputs) for part in pair]).astype(np.int32)
+    prompt_lens = np.array([p.size for p in prompts])
+    output_lens = np.array([o.size for o in outputs])
+    starts = np.concatenate(([0], np.cumsum(prompt_lens + output_lens)[:-1]))
+    rows = np.arange(1, 40, 2)  # every other request
+    packed = overlap.overlap_counts_packed(ids, starts, prompt_lens, output_lens, rows, [contexts[r] for r in rows])
+    for k, r in enumerate(rows):
+        np.testing.assert_array_equal(packed[k], overlap.overlap_counts(prompts[r], outputs[r], contexts[r]))

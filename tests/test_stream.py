@@ -145,8 +145,7 @@ def test_workers_recompute_the_overlaps_that_cross_chunks(real_file, tmp_path):
     assert stats.requests == serial.rows
     # Each chunk alone (one process per chunk, no earlier outputs) gives other counts at the chunks' seams.
     alone = [stream._measure_chunk(part, options, False, {}) for part in read_parts([str(path)])]
-    counts = np.concatenate([m.overlap_counts.ravel() for chunk in alone for m in chunk.measured
-                             if m.overlap_counts is not None])
+    counts = np.concatenate([chunk.measured.overlap_counts.ravel() for chunk in alone])
     assert not np.array_equal(counts, serial.overlap_counts.values)
 
 
@@ -354,12 +353,17 @@ def test_records_sent_to_workers_pickle_by_field_values():
                       sampling=SamplingParams(temperature=0.2, top_k=5), latency_s=1.5, finish_reason="stop")
     assert pickle.loads(pickle.dumps(request)) == request
     chain = PrefixBlocks(40, 2, np.array([5, 9, 11], dtype=np.uint64))
-    measured = stream.Measured(40.0, 3.0, True, chain, 16, np.arange(15).reshape(3, 5), True,
-                               np.arange(40, dtype=np.int32), np.arange(3, dtype=np.int32))
+    measured = stream.MeasuredBatch(
+        np.array([40.0, 7.0]), np.array([3.0, np.nan]), np.array([True, False]), np.arange(43, dtype=np.int32),
+        np.array([0, 43]), np.array([40, -1]), np.array([3, -1]), 16, [(1, chain, 512)], np.array([0]),
+        np.arange(15).reshape(1, 3, 5), np.array([True]))
     back = pickle.loads(pickle.dumps(measured))
-    assert (back.input_len, back.chain.prompt_tokens, back.chain.prompt_blocks) == (40.0, 40, 2)
-    assert np.array_equal(back.chain.chain, chain.chain) and np.array_equal(back.prompt_ids, measured.prompt_ids)
-    assert np.array_equal(back.overlap_counts, measured.overlap_counts) and back.with_context
+    assert back.input_lens.tolist() == [40.0, 7.0] and back.block_size == 16
+    assert np.array_equal(back.prompt(0), np.arange(40)) and np.array_equal(back.output(0), [40, 41, 42])
+    index, back_chain, block_size = back.traced[0]
+    assert (index, back_chain.prompt_tokens, back_chain.prompt_blocks, block_size) == (1, 40, 2, 512)
+    assert np.array_equal(back_chain.chain, chain.chain)
+    assert np.array_equal(back.overlap_counts, measured.overlap_counts) and back.with_context.tolist() == [True]
 
     from dataclasses import dataclass, field
 

@@ -96,6 +96,11 @@ def chat_messages(value: Any, where: str = "messages") -> tuple[Message, ...]:
         raise BadRecord("too large", f"field '{where}' holds {len(value)} messages, limit {MAX_MESSAGES}")
     messages = []
     for index, item in enumerate(value):
+        if type(item) is dict:  # the usual message, {"role": str, "content": str}, read without the checks' cost
+            role, text = item.get("role"), item.get("content")
+            if type(role) is str and type(text) is str and not item.get("tool_calls"):
+                messages.append(Message(ROLE_ALIASES.get(role, role), text))
+                continue
         at = f"{where}[{index}]"
         if not isinstance(item, dict):
             raise BadRecord("wrong type", f"field '{at}' must be an object, got {type_name(item)}")

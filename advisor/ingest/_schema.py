@@ -14,7 +14,7 @@ New readers port by declaring their schema and calling `convert_each`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from advisor.ingest._io import BadRecord, Sink, parse_iso, type_name
@@ -177,9 +177,18 @@ class Schema:
 
     name: str
     fields: tuple[Field, ...]
+    # For the quick test that a record holds none of the fields (most records hold few of them).
+    _keys: frozenset[str] = field(init=False, repr=False, compare=False)
+    _required: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_keys", frozenset(spec.key for spec in self.fields))
+        object.__setattr__(self, "_required", any(spec.required for spec in self.fields))
 
     def check(self, record: dict[str, Any], *, where: str = "") -> dict[str, Any]:
         """The checked values of the fields present in `record` (None-valued fields count as absent)."""
+        if not self._required and record.keys().isdisjoint(self._keys):
+            return {}
         found: dict[str, Any] = {}
         for spec in self.fields:
             value = record.get(spec.key)

@@ -18,7 +18,6 @@ earlier requests of the same conversation in the file.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Iterable, Iterator
 
 import orjson
@@ -74,7 +73,9 @@ def read_records(records: Iterable[tuple[int, Any]], name: str, sink: Sink, hash
             if request.conversation_id is not None and request.turn is None:
                 turn = turns.get(request.conversation_id, 0)
                 turns[request.conversation_id] = turn + 1
-                request = replace(request, turn=turn)
+                # The request was made by `convert` just now and nothing holds it yet: setting the field in
+                # place is `dataclasses.replace` without building the 20-field record again (7 us a request).
+                object.__setattr__(request, "turn", turn)
             yield request
 
 
@@ -230,6 +231,8 @@ def _completions(response: Any) -> list[str] | None:
 
 def _first(layers: list[dict[str, Any]], keys: tuple[str, ...]) -> tuple[str, Any] | None:
     for layer in layers:
+        if layer.keys().isdisjoint(keys):  # the usual case, one C call instead of a get per key
+            continue
         for key in keys:
             if layer.get(key) is not None:
                 return key, layer[key]

@@ -41,131 +41,162 @@ class RequestOverlap:
 
 
 _EMPTY = -1
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 @njit(cache=True, inline="always")
-def _slot(key: int, mask: int) -> int:
-    """Start slot of `key` in an open-addressing table of mask + 1 slots (Fibonacci hashing)."""
-    return np.int64((np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & mask
-
-
-@njit(cache=True, inline="always")
-def _probe(keys: np.ndarray, numbers: np.ndarray, level: int, key: int, new_number: int) -> int:
-    """The number of `key` in row `level` of an open-addressing table; a missing key is inserted with
-    `new_number` when that is >= 0, and `new_number` returned (-1: look up only, not found)."""
-    mask = keys.shape[1] - 1
-    slot = _slot(key, mask)
+def _find(table: np.ndarray, level: int, bits: int, key: int, new_number: int) -> int:
+    """The number of `key` in level `level` of an open-addressing table of 2**bits slots per level, stored
+    as (key, number) int32 pairs side by side (one cache line per probe); a missing key is inserted with
+    `new_number` when that is >= 0, and `new_number` returned (-1: look up only, not found). Fibonacci
+    hashing: the top `bits` bits of key x 2**64/phi."""
+    mask = (1 << bits) - 1
+    slot = np.int64((np.uint64(key) * _GOLDEN) >> np.uint64(64 - bits))
+    base = level << bits
     while True:
-        stored = keys[level, slot]
+        at = 2 * (base + slot)
+        stored = table[at]
         if stored == key:
-            return numbers[level, slot]
+            return table[at + 1]
         if stored == _EMPTY:
             if new_number >= 0:
-                keys[level, slot] = key
-                numbers[level, slot] = new_number
+                table[at] = key
+                table[at + 1] = new_number
             return new_number
         slot = (slot + 1) & mask
 
 
 @njit(cache=True)
-def _lookup(table: np.ndarray, token: int) -> int:
-    """The output-vocabulary number of `token`, or -1 (tokens beyond the table are not in the output)."""
-    if token < 0 or token >= table.size:
-        return -1
-    return table[token]
-
-
-@njit(cache=True)
-def _mark_found(pool: np.ndarray, bounds: np.ndarray, table: np.ndarray, slot_keys: np.ndarray,
-                slot_numbers: np.ndarray, level_offsets: np.ndarray, base: int, max_n: int, found: np.ndarray) -> None:
+def _mark_found(pool: np.ndarray, bounds: np.ndarray, vocabulary: np.ndarray, table: np.ndarray, bits: int,
+                base: int, level_offsets: np.ndarray, max_n: int, found: np.ndarray, ends: np.ndarray) -> None:
     """Marks found[level_offsets[n-1] + j] for every output n-gram number j that occurs in a pool segment.
 
-    From each pool position, follow n = 1, 2, ... while the n-gram is one of the output's (its (n-1)-prefix
-    must be, so the walk stops at the first miss); segments [bounds[s], bounds[s+1]) never join. Single
-    tokens are numbered through `table` (token id -> number), longer n-grams through their level's table.
+    One pass over each segment [bounds[s], bounds[s+1]) (segments never join): the n-grams ending at a
+    position are the (n-1)-grams ending at the one before, extended by its token, so `ends[n-1]` carries
+    the numbers of those ending at the previous position, for n up to `depth` (the output has no longer
+    one there: an n-gram of the output has its (n-1)-prefix and suffix in the output too). Single tokens are
+    numbered through `vocabulary` (token id -> number), longer n-grams through their level of `table`.
     """
     for segment in range(bounds.size - 1):
-        end = bounds[segment + 1]
-        for start in range(bounds[segment], end):
-            number = _lookup(table, pool[start])
+        depth = 0
+        for position in range(bounds[segment], bounds[segment + 1]):
+            token = pool[position]
+            number = vocabulary[token] if 0 <= token < vocabulary.size else -1
             if number < 0:
+                depth = 0
                 continue
             found[number] = True
-            for n in range(2, max_n + 1):
-                position = start + n - 1
-                if position >= end:
-                    break
-                last = _lookup(table, pool[position])
-                if last < 0:
-                    break
-                number = _probe(slot_keys, slot_numbers, n - 1, number * base + last, -1)
+            last = number
+            carried = ends[0]
+            ends[0] = number
+            reach = 1
+            for n in range(2, min(depth + 1, max_n) + 1):
+                key = carried * base + last
+                carried = ends[n - 1]
+                number = _find(table, n - 1, bits, key, -1)
                 if number < 0:
                     break
                 found[level_offsets[n - 1] + number] = True
+                ends[n - 1] = number
+                reach = n
+            depth = reach
 
 
-@njit(cache=True, nogil=True)  # releases the GIL: replays run side by side in threads
-def _count(output: np.ndarray, pools: np.ndarray, bounds: np.ndarray, max_n: int, table: np.ndarray) -> np.ndarray:
-    """Row 0: the output's n-gram positions per n; row 1 + p: how many occur in pool p.
+@njit(cache=True, nogil=True)
+def _count_pools(output: np.ndarray, prompt: np.ndarray, prompt_bounds: np.ndarray, context: np.ndarray,
+                 context_bounds: np.ndarray, max_n: int, vocabulary: np.ndarray, counts: np.ndarray) -> None:
+    """counts[0]: the output's n-gram positions per n; counts[1]: how many occur in the prompt's segments
+    (`prompt_bounds` into `prompt`), counts[2]: in the context's (`context_bounds` into `context`; a
+    conversation's earlier outputs stay separate segments).
 
-    `pools` concatenates the pools; pool p is segments bounds[p][0..] (a row of segment boundaries,
-    padded with its last value), so a conversation's earlier outputs stay separate segments. `table` is
-    scratch (token id -> number, -1 elsewhere, longer than the output's largest id): set for the output's
-    vocabulary here and reset before returning, so no call pays for clearing a vocabulary-sized array.
-    The output's distinct n-grams are numbered in order of first appearance, level by level, in one
-    open-addressing table per level with at least twice as many slots as the output has positions.
+    `vocabulary` is scratch (token id -> number, -1 elsewhere, longer than the output's largest id): set
+    for the output's tokens here and reset before returning, so no call pays for clearing a
+    vocabulary-sized array. The output's distinct n-grams are numbered in order of first appearance, level
+    by level, in one open-addressing level per n with at least twice as many slots as the output has
+    positions; keys (number of the (n-1)-prefix x (distinct tokens + 1) + number of the last token) are
+    exact, so no collision can miscount.
     """
     size = output.size
     numbers = np.empty((max_n, size), dtype=np.int64)  # numbers[n-1, i]: the n-gram at i, numbered
-    offsets = np.zeros(max_n + 1, dtype=np.int64)  # found[offsets[n-1] + number]: level n's numbers
     distinct = 0
     for i in range(size):
-        if table[output[i]] < 0:
-            table[output[i]] = distinct
+        if vocabulary[output[i]] < 0:
+            vocabulary[output[i]] = distinct
             distinct += 1
-        numbers[0, i] = table[output[i]]
+        numbers[0, i] = vocabulary[output[i]]
+    bits = 1
+    while (1 << bits) < 2 * size:
+        bits += 1
+    # Keys below (size + 1)**2 fit int32 up to 46,340 output tokens; longer outputs take int64 pairs.
+    if (size + 1) * (size + 1) < 2**31:
+        table32 = np.full(2 * max_n << bits, _EMPTY, dtype=np.int32)
+        _count_levels(numbers, distinct, table32, bits, prompt, prompt_bounds, context, context_bounds, max_n,
+                      vocabulary, counts)
+    else:
+        table64 = np.full(2 * max_n << bits, _EMPTY, dtype=np.int64)
+        _count_levels(numbers, distinct, table64, bits, prompt, prompt_bounds, context, context_bounds, max_n,
+                      vocabulary, counts)
+    for i in range(size):
+        vocabulary[output[i]] = -1
+
+
+@njit(cache=True, nogil=True)
+def _count_levels(numbers: np.ndarray, distinct: int, table: np.ndarray, bits: int, prompt: np.ndarray,
+                  prompt_bounds: np.ndarray, context: np.ndarray, context_bounds: np.ndarray, max_n: int,
+                  vocabulary: np.ndarray, counts: np.ndarray) -> None:
+    """`_count_pools` once the output's tokens are numbered (`numbers[0]`, `distinct` of them)."""
+    size = numbers.shape[1]
+    offsets = np.zeros(max_n + 1, dtype=np.int64)  # found[offsets[n-1] + number]: level n's numbers
     base = distinct + 1
     offsets[1] = distinct
-    slots = 2
-    while slots < 2 * size:
-        slots *= 2
-    slot_keys = np.full((max_n, slots), _EMPTY, dtype=np.int64)  # row n-1: level n (row 0 unused)
-    slot_numbers = np.empty((max_n, slots), dtype=np.int64)
     for n in range(2, max_n + 1):
         distinct = 0
         for i in range(max(0, size - n + 1)):
-            number = _probe(slot_keys, slot_numbers, n - 1, numbers[n - 2, i] * base + numbers[0, i + n - 1], distinct)
+            number = _find(table, n - 1, bits, numbers[n - 2, i] * base + numbers[0, i + n - 1], distinct)
             if number == distinct:
                 distinct += 1
             numbers[n - 1, i] = number
         offsets[n] = offsets[n - 1] + distinct
-    counts = np.zeros((1 + bounds.shape[0], max_n), dtype=np.int64)
     for n in range(1, max_n + 1):
         counts[0, n - 1] = max(0, size - n + 1)
     found = np.zeros(offsets[max_n], dtype=np.bool_)
-    for p in range(bounds.shape[0]):
+    ends = np.empty(max_n, dtype=np.int64)
+    for row in range(1, 3):
         found[:] = False
-        _mark_found(pools, bounds[p], table, slot_keys, slot_numbers, offsets, base, max_n, found)
+        if row == 1:
+            _mark_found(prompt, prompt_bounds, vocabulary, table, bits, base, offsets, max_n, found, ends)
+        else:
+            _mark_found(context, context_bounds, vocabulary, table, bits, base, offsets, max_n, found, ends)
         for n in range(1, max_n + 1):
             hits = 0
             for i in range(max(0, size - n + 1)):
                 if found[offsets[n - 1] + numbers[n - 1, i]]:
                     hits += 1
-            counts[1 + p, n - 1] = hits
-    for i in range(size):
-        table[output[i]] = -1
-    return counts
+            counts[row, n - 1] = hits
+
+
+@njit(cache=True, nogil=True)
+def _count_packed(ids: np.ndarray, starts: np.ndarray, prompt_lens: np.ndarray, output_lens: np.ndarray,
+                  rows: np.ndarray, context: np.ndarray, context_bounds: np.ndarray, bound_starts: np.ndarray,
+                  max_n: int, vocabulary: np.ndarray, counts: np.ndarray) -> None:
+    prompt_bounds = np.zeros(2, dtype=np.int64)
+    for k in range(rows.size):
+        r = rows[k]
+        start = starts[r]
+        middle = start + prompt_lens[r]
+        prompt_bounds[1] = prompt_lens[r]
+        _count_pools(ids[middle:middle + output_lens[r]], ids[start:middle], prompt_bounds, context,
+                     context_bounds[bound_starts[k]:bound_starts[k + 1]], max_n, vocabulary, counts[k])
 
 
 _scratch = threading.local()
 
 
-def _scratch_table(output: np.ndarray) -> np.ndarray:
-    """This thread's token table for `_count`, all -1, grown to cover the output's token ids."""
+def _scratch_table(largest: int) -> np.ndarray:
+    """This thread's token table for `_count_pools`, all -1, grown to cover token ids up to `largest`."""
     table = getattr(_scratch, "table", None)
-    needed = int(output.max()) + 1 if output.size else 0
-    if table is None or table.size < needed:
-        table = _scratch.table = np.full(max(needed, 1 << 17), -1, dtype=np.int32)
+    if table is None or table.size <= largest:
+        table = _scratch.table = np.full(max(largest + 1, 1 << 17), -1, dtype=np.int32)
     return table
 
 
@@ -209,16 +240,47 @@ def overlap_counts(
         raise ValueError("token ids must be >= 0")
     prompt = _token_array(prompt_ids)
     earlier = [_token_array(pool) for pool in context or ()]
-    # Row 0: the prompt as one segment; row 1: the earlier outputs, each its own segment (rows padded).
-    context_bounds = prompt.size + np.cumsum([0] + [pool.size for pool in earlier])
-    bounds = np.empty((2, max(2, context_bounds.size)), dtype=np.int64)
-    bounds[0, :] = prompt.size
-    bounds[0, 0] = 0
-    bounds[1, :] = context_bounds[-1]
-    bounds[1, : context_bounds.size] = context_bounds
-    counts = _count(output, np.concatenate([prompt, *earlier]), bounds, max_n, _scratch_table(output))
-    if context is None:
-        counts[2] = 0
+    pool = np.concatenate(earlier) if earlier else prompt[:0]
+    if pool.dtype != prompt.dtype:  # one compiled signature: both pools int64 when the dtypes differ
+        pool, prompt = pool.astype(np.int64), prompt.astype(np.int64)
+    context_bounds = np.cumsum([0] + [segment.size for segment in earlier], dtype=np.int64)
+    counts = np.zeros((3, max_n), dtype=np.int64)
+    _count_pools(output, prompt, np.array([0, prompt.size], dtype=np.int64), pool, context_bounds, max_n,
+                 _scratch_table(int(output.max()) if output.size else 0), counts)
+    return counts
+
+
+def overlap_counts_packed(ids: np.ndarray, starts: np.ndarray, prompt_lens: np.ndarray, output_lens: np.ndarray,
+                          rows: np.ndarray, contexts: Sequence[Sequence[np.ndarray] | None],
+                          max_n: int = MAX_N) -> np.ndarray:
+    """`overlap_counts` of many requests in one compiled call (the streaming profile's batches): request
+    rows[k] has its prompt at ids[starts[r] : starts[r] + prompt_lens[r]] and its output right after it
+    (output_lens[r] tokens), and `contexts[k]` as its context. Returns counts[k] as `overlap_counts`."""
+    if max_n < 1:
+        raise ValueError(f"max_n must be at least 1, got {max_n}")
+    ids = np.ascontiguousarray(ids, dtype=np.int32)
+    if ids.size and ids.min() < 0:
+        raise ValueError("token ids must be >= 0")
+    earlier = [segment for context in contexts for segment in context or ()]
+    pool = np.concatenate(earlier).astype(np.int32, copy=False) if earlier else ids[:0]
+    sizes = [segment.size for segment in earlier]
+    # Request k's boundaries: its segments' start offsets in `pool` and the end of its last.
+    bounds: list[int] = []
+    bound_starts = np.zeros(len(contexts) + 1, dtype=np.int64)
+    offset = 0
+    segment = 0
+    for k, context in enumerate(contexts):
+        bounds.append(offset)
+        for _ in context or ():
+            offset += sizes[segment]
+            segment += 1
+            bounds.append(offset)
+        bound_starts[k + 1] = len(bounds)
+    counts = np.zeros((len(contexts), 3, max_n), dtype=np.int64)
+    _count_packed(ids, np.asarray(starts, dtype=np.int64), np.asarray(prompt_lens, dtype=np.int64),
+                  np.asarray(output_lens, dtype=np.int64), np.asarray(rows, dtype=np.int64), pool,
+                  np.array(bounds, dtype=np.int64), bound_starts, max_n,
+                  _scratch_table(int(ids.max()) if ids.size else 0), counts)
     return counts
 
 

@@ -69,6 +69,29 @@ def block_hashes(token_ids: np.ndarray, block_size: int) -> np.ndarray:
     return out
 
 
+@njit(cache=True)
+def _chains_packed(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, block_size: int,
+                   offsets: np.ndarray, out: np.ndarray) -> None:
+    for r in range(starts.size):
+        _chain(ids[starts[r]:starts[r] + lengths[r]], block_size, out[offsets[r]:offsets[r + 1]])
+
+
+def block_hashes_packed(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                        block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """`block_hashes` of many token runs ids[starts[i] : starts[i] + lengths[i]] of one int32 array, in one
+    compiled call (the streaming profile's batches): (the chains one after another, offsets[i] where run
+    i's chain starts; offsets[-1] is the total)."""
+    if block_size <= 0:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    ids = canonical_tokens(ids)
+    offsets = np.zeros(starts.size + 1, dtype=np.int64)
+    np.cumsum(np.asarray(lengths, dtype=np.int64) // block_size, out=offsets[1:])
+    out = np.empty(int(offsets[-1]), dtype=np.uint64)
+    _chains_packed(ids, np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64), block_size,
+                   offsets, out)
+    return out, offsets
+
+
 @pickled_by_fields
 @dataclass(frozen=True, slots=True, eq=False)
 class PrefixBlocks:

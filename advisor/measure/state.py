@@ -183,12 +183,25 @@ class ChainStore(_PrioritySample):
 
     lengths = property(lambda self: self.weights)  # blocks of each kept chain
 
-    def add(self, row: int, key: str, chain: PrefixBlocks, block_size: int) -> None:
+    def priority(self, key: str) -> int:
+        """The sample priority of the conversation (or request) `key`."""
+        return conversation_priority(key, self.seed)
+
+    def keeps(self, priority: int) -> bool:
+        """Whether `add` would store a chain of this priority now (False: it never will, the threshold only
+        falls), so that a caller can skip hashing the chains the sample drops."""
+        return priority < self._threshold
+
+    def add(self, row: int, key: str, chain: PrefixBlocks | None, block_size: int, priority: int | None = None) -> None:
+        """Offers the chain of request `row`; `priority` is `self.priority(key)` when the caller has it, and
+        `chain` may be None only when `keeps(priority)` is False."""
         self.offered += 1
         self.block_sizes.add(block_size)
-        priority = conversation_priority(key, self.seed)
+        if priority is None:
+            priority = conversation_priority(key, self.seed)
         if priority >= self._threshold:
             return
+        assert chain is not None, "a chain the sample keeps"
         self.blocks.extend(chain.chain)
         self.prompt_blocks.extend([chain.prompt_blocks])
         self.prompt_tokens.extend([chain.prompt_tokens])
@@ -260,7 +273,8 @@ class ReplaySample(_PrioritySample):
         priority = request_priority(key, self.seed)
         if priority >= self._threshold:
             return
-        self._inputs.append((prompt_ids, output_ids))
+        # Copies: the ids may be views of a whole batch's, which the sample must not keep alive.
+        self._inputs.append((prompt_ids.copy(), output_ids.copy()))
         self._stored(row, priority, len(prompt_ids) + len(output_ids))
 
     def absorb(self, other: ReplaySample, row_offset: int) -> None:

@@ -6,6 +6,6 @@ only when an HF tokenizer directory or model id is loaded.
 """
 from advisor.tokenize.base import Tokenizer, TokenizerInfo
 from advisor.tokenize.loader import load_tokenizer
-from advisor.tokenize.request import RequestTokenizer, TokenizedRequest, TokenizeStats, logged_ids
+from advisor.tokenize.request import PackedIds, RequestTokenizer, TokenizedRequest, TokenizeStats, logged_ids
 
-__all__ = ["RequestTokenizer", "TokenizeStats", "TokenizedRequest", "Tokenizer", "TokenizerInfo", "load_tokenizer", "logged_ids"]
+__all__ = ["PackedIds", "RequestTokenizer", "TokenizeStats", "TokenizedRequest", "Tokenizer", "TokenizerInfo", "load_tokenizer", "logged_ids"]

@@ -59,6 +59,30 @@ class TokenizedRequest:
         return len(self.output_ids) if self.output_ids is not None else self.request.completion_tokens
 
 
+@dataclass(slots=True)
+class PackedIds:
+    """The token ids of a batch of requests in one int32 array, without an array object per request:
+    request i's prompt ids, then its output ids, from `starts[i]`. `prompt_lens[i]` / `output_lens[i]` are
+    -1 where the request has no such ids (no text for them)."""
+
+    ids: np.ndarray  # int32
+    starts: np.ndarray  # int64
+    prompt_lens: np.ndarray  # int64
+    output_lens: np.ndarray  # int64
+
+    def prompt(self, index: int) -> np.ndarray | None:
+        """Request `index`'s prompt ids (a view), or None."""
+        length = int(self.prompt_lens[index])
+        start = int(self.starts[index])
+        return None if length < 0 else self.ids[start:start + length]
+
+    def output(self, index: int) -> np.ndarray | None:
+        """Request `index`'s output ids (a view), or None."""
+        length = int(self.output_lens[index])
+        start = int(self.starts[index]) + max(0, int(self.prompt_lens[index]))
+        return None if length < 0 else self.ids[start:start + length]
+
+
 @dataclass
 class TokenizeStats:
     """Work done so far, for benchmarks and the report's performance notes."""
@@ -156,6 +180,13 @@ class RequestTokenizer:
 
     def tokenize(self, requests: Sequence[Request]) -> list[TokenizedRequest]:
         """Token ids for one batch of requests; all cache misses of the batch are encoded in one call."""
+        packed = self.tokenize_packed(requests)
+        return [TokenizedRequest(request, _own(packed.prompt(i)), _own(packed.output(i)))
+                for i, request in enumerate(requests)]
+
+    def tokenize_packed(self, requests: Sequence[Request]) -> PackedIds:
+        """`tokenize` into one array for the whole batch (the streaming profile's form: one concatenation and
+        no array object per request)."""
         plans: list[tuple[list | None, list | None]] = []
         self._pending = {}  # (a batch that failed may have left some)
         for request in requests:
@@ -167,10 +198,26 @@ class RequestTokenizer:
                 raise TokenizerError(f"{request.source}: {exc}") from exc
         found = self._encode_misses(plans)
         self._pending = {}
-        return [
-            TokenizedRequest(request, self._assemble(prompt, found), self._assemble(output, found))
-            for request, (prompt, output) in zip(requests, plans)
-        ]
+        count = len(plans)
+        lengths = np.full((2, count), -1, dtype=np.int64)
+        arrays: list[np.ndarray] = []
+        for index, plan in enumerate(plans):
+            for side in (0, 1):
+                parts = plan[side]
+                if parts is None:
+                    continue
+                size = 0
+                for part in parts:
+                    array = (self._segment_ids(part, found) if isinstance(part, _Segment) else
+                             found[part] if isinstance(part, str) else part)
+                    arrays.append(array)
+                    size += array.size
+                lengths[side, index] = size
+        ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32)
+        self.stats.tokens += ids.size
+        starts = np.zeros(count, dtype=np.int64)
+        np.cumsum(np.maximum(lengths, 0).sum(axis=0)[:-1], out=starts[1:])
+        return PackedIds(ids, starts, lengths[0], lengths[1])
 
     def _logged(self, ids: tuple[int, ...]) -> np.ndarray:
         """Logged ids as they are; an id outside the vocabulary means this is not the server's tokenizer."""
@@ -263,15 +310,6 @@ class RequestTokenizer:
                 stats.evictions += self._cache.put(text, array)
         return found
 
-    def _assemble(self, plan: list | None, found: dict[str, np.ndarray]) -> np.ndarray | None:
-        if plan is None:
-            return None
-        arrays = [self._segment_ids(part, found) if isinstance(part, _Segment) else
-                  found[part] if isinstance(part, str) else part for part in plan]
-        ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32)
-        self.stats.tokens += len(ids)
-        return ids
-
     def _segment_ids(self, segment: _Segment, found: dict[str, np.ndarray]) -> np.ndarray:
         """A missed segment's ids from its pieces, stored in the segment cache (once per batch)."""
         if segment.ids is None:
@@ -279,6 +317,11 @@ class RequestTokenizer:
             segment.ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32)
             self.stats.evictions += self._segments.put(segment.key, segment.ids)
         return segment.ids
+
+
+def _own(ids: np.ndarray | None) -> np.ndarray | None:
+    """A request's ids in an array of their own (not a view that keeps a whole batch's ids alive)."""
+    return None if ids is None else ids.copy()
 
 
 def _flat(plan: list) -> Iterator:
