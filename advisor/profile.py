@@ -165,11 +165,13 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
     order = _arrival_order(timestamps)
     replica_of, split = routing.assign(np.array(c.replica_labels), tuple(c.replica_names), np.array(c.affinities),
                                        order, options.replicas, options.routing)
-    prefix_section = _prefix(c, order, options, disabled)
-    # The APC replay is compiled and releases the GIL: it runs on the second core beside the proposer replays.
+    chains = _prefix_chains(c, order, options, disabled)
+    # The prefix analysis and the APC replay (compiled, it releases the GIL) run on a second thread beside
+    # the proposer replays.
     worker = ThreadPoolExecutor(max_workers=1)
+    prefix_job = worker.submit(_prefix, c, *chains) if chains else None
     apc_job = (worker.submit(_apc, c, order, options, timestamps, output_lens, latencies, replica_of)
-               if prefix_section else None)
+               if chains else None)
 
     overlap_section = None
     summary = c.overlap_summary()
@@ -180,6 +182,7 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
     sampling_section = section(Sampling, sampling.summary_from_counts(c.sampling.counts).to_dict())
     try:
         replays, sweep = _replays(c, order, options, workers, replica_of)
+        prefix_section = prefix_job.result() if prefix_job else None
         apc_section = apc_job.result() if apc_job else None
     finally:
         worker.shutdown(cancel_futures=True)
@@ -272,7 +275,9 @@ def _peak_window_rate(sorted_times: np.ndarray, window_s: float) -> float:
     return float((ends - np.arange(sorted_times.size)).max() / window_s)
 
 
-def _prefix(c: stream.Collected, order: np.ndarray, options: ProfileOptions, disabled: list[Disabled]) -> Prefix | None:
+def _prefix_chains(c: stream.Collected, order: np.ndarray, options: ProfileOptions,
+                   disabled: list[Disabled]) -> tuple[list[prefix.PrefixBlocks], int] | None:
+    """The block chains in arrival order and their block size, for `_prefix` (None: no chain)."""
     chains = [c.chains[i] for i in order if c.chains[i] is not None]
     if not chains:
         disabled.append(Disabled("prefix sharing and APC", "no prompt text and no block hashes"))
@@ -282,7 +287,10 @@ def _prefix(c: stream.Collected, order: np.ndarray, options: ProfileOptions, dis
             f"the logs mix token-free traces (block {options.hash_block_size}) and text requests"
             f" (block {options.block_size}): profile them separately"
         )
-    block_size = next(iter(c.chain_sizes))
+    return chains, next(iter(c.chain_sizes))
+
+
+def _prefix(c: stream.Collected, chains: list[prefix.PrefixBlocks], block_size: int) -> Prefix:
     data = prefix.prefix_sharing(chains, block_size, cache_outputs=True, top=10).to_dict()
     data["sample"] = _chain_sample(c)
     return section(Prefix, data, "prefix")

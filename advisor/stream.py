@@ -3,7 +3,10 @@
 The log is read one batch at a time. Per request, the heavy part (tokenization with the per-piece cache,
 the block-hash chain, the n-gram overlap counts) is `measure_batch`; the light part (`collect_batch`, in
 file order in the main process) appends the results to `Collected`: packed columns, the chain store and
-the replay reservoir (advisor.measure.state). Nothing keeps a Python object per request.
+the replay reservoir (advisor.measure.state). Nothing keeps a Python object per request. On one process, a
+batch's cache misses are encoded on a second thread (the encoders release the GIL) while the main thread
+plans the next batch (its pieces that this batch encodes are taken from it), measures and collects the
+batch before and parses the one after.
 
 With `workers` > 1 the heavy part runs in worker processes (tokenization holds the GIL). Files in a JSON
 Lines format (`advisor.ingest.LINE_READERS`: openai, bench-custom, mooncake, ShareGPT; a ShareGPT JSON array's
@@ -26,6 +29,7 @@ import queue
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -271,25 +275,39 @@ def _has_ids(request: Request) -> bool:
     return request.prompt_token_ids is not None or request.output_token_ids is not None
 
 
-def _packed_ids(batch: list[Request], text: list[int], options: StreamOptions,
-                tokenizer_state: dict[str, Any]) -> PackedIds:
-    """The batch's token ids packed: the tokenizer's for the requests `text` (indices), the log's for the
-    others that carry ids, none for the rest."""
+def _begin_ids(batch: list[Request], options: StreamOptions, tokenizer_state: dict[str, Any],
+               executor: Executor | None = None) -> Callable[[], PackedIds]:
+    """Starts tokenizing the batch (its encoding on `executor` when given) and returns what finishes it: the
+    batch's token ids packed, the tokenizer's for the requests with text, the log's for the others that
+    carry ids, none for the rest. Batches finish in the order they began, at most two unfinished
+    (`RequestTokenizer.begin`)."""
+    # Logged token ids need no tokenizer; one named with --tokenizer checks them against its vocabulary.
+    named = options.tokenizer is not None
+    text = [i for i, r in enumerate(batch) if r.needs_tokenizer or (named and _has_ids(r))]
+    if not text:
+        return lambda: _with_logged_ids(batch, text, None)
+    tokenizer = load_request_tokenizer(options, tokenizer_state)
+    started = tokenizer.begin(batch if len(text) == len(batch) else [batch[i] for i in text], executor)
+    return lambda: _with_logged_ids(batch, text, tokenizer.finish(started))
+
+
+def _with_logged_ids(batch: list[Request], text: list[int], tokenized: PackedIds | None) -> PackedIds:
+    """The ids of the requests `text` (indices), `tokenized`, with the log's ids of the others."""
     from advisor.tokenize import PackedIds, logged_ids
 
     size = len(batch)
-    if len(text) == size:
-        return load_request_tokenizer(options, tokenizer_state).tokenize_packed(batch)
+    if tokenized is not None and len(text) == size:
+        return tokenized
     starts = np.zeros(size, dtype=np.int64)
     lengths = np.full((2, size), -1, dtype=np.int64)
     arrays: list[np.ndarray] = []
     offset = 0
-    if text:
-        packed = load_request_tokenizer(options, tokenizer_state).tokenize_packed([batch[i] for i in text])
+    if tokenized is not None:
         where = np.asarray(text, dtype=np.int64)
-        starts[where], lengths[0, where], lengths[1, where] = packed.starts, packed.prompt_lens, packed.output_lens
-        arrays.append(packed.ids)
-        offset = packed.ids.size
+        starts[where], lengths[0, where], lengths[1, where] = (tokenized.starts, tokenized.prompt_lens,
+                                                               tokenized.output_lens)
+        arrays.append(tokenized.ids)
+        offset = tokenized.ids.size
     chosen = set(text)
     for index, request in enumerate(batch):
         if index in chosen or not _has_ids(request):
@@ -308,28 +326,32 @@ def _packed_ids(batch: list[Request], text: list[int], options: StreamOptions,
 def measure_batch(batch: list[Request], options: StreamOptions, tokenizer_state: dict[str, Any],
                   context: state.ContextOutputs) -> MeasuredBatch:
     """Tokenization and overlap counts of each request (in order; updates `context`), in packed arrays."""
-    # Logged token ids need no tokenizer; one named with --tokenizer checks them against its vocabulary.
-    named = options.tokenizer is not None
-    text = [i for i, r in enumerate(batch) if r.needs_tokenizer or (named and _has_ids(r))]
-    packed = _packed_ids(batch, text, options, tokenizer_state)
+    return measure_ids(batch, _begin_ids(batch, options, tokenizer_state)(), options, context)
+
+
+def measure_ids(batch: list[Request], packed: PackedIds, options: StreamOptions,
+                context: state.ContextOutputs) -> MeasuredBatch:
+    """`measure_batch` once the batch's ids are packed."""
     prompt_lens, output_lens = packed.prompt_lens, packed.output_lens
     traced = []
-    for index, request in enumerate(batch):
-        if prompt_lens[index] < 0 and request.block_hashes is not None and request.prompt_tokens is not None:
+    for index in np.flatnonzero(prompt_lens < 0).tolist():
+        request = batch[index]
+        if request.block_hashes is not None and request.prompt_tokens is not None:
             traced.append((index, prefix.PrefixBlocks.from_block_ids(request.block_hashes, request.prompt_tokens),
                            request.hash_block_size or options.hash_block_size))
     # Only requests with a prompt and an output have overlap counts and feed the replays.
     counted = np.flatnonzero((prompt_lens >= 0) & (output_lens > 0))
     contexts: list[list[np.ndarray] | None] = []
-    for index in counted.tolist():
+    output_starts = (packed.starts + prompt_lens)[counted].tolist()
+    output_ends = (packed.starts + prompt_lens + output_lens)[counted].tolist()
+    for index, start, end in zip(counted.tolist(), output_starts, output_ends):
         conversation = batch[index].conversation_id
         if conversation is None:
             contexts.append(None)
             continue
         contexts.append(context.earlier(conversation))
-        start = int(packed.starts[index]) + int(prompt_lens[index])
         # A copy: a view would keep the whole batch's ids alive as long as the conversation's context.
-        context.add(conversation, packed.ids[start:start + int(output_lens[index])].copy())
+        context.add(conversation, packed.ids[start:end].copy())
     counts = overlap.overlap_counts_packed(packed.ids, packed.starts, prompt_lens, output_lens, counted, contexts,
                                            OVERLAP_MAX_N)
     with_context = np.array([c is not None for c in contexts], dtype=bool)
@@ -436,11 +458,21 @@ def collect(parts: Iterable[Request | ingest.LineChunk], options: StreamOptions,
     out = Collected(options.seed)
     if workers <= 1:
         context = state.ContextOutputs(CONTEXT_TOKEN_BUDGET)
-        for batch in _batches(parts):
-            assert not isinstance(batch, ingest.LineChunk), "chunks of lines are parsed by workers"
-            collect_batch(batch, measure_batch(batch, options, tokenizer_state, context), out)
-            if progress:
-                progress(len(batch))
+        # The encoders release the GIL: a batch's misses are encoded on a second thread while this one
+        # plans the next batch, then measures and collects this one and parses the one after.
+        encoder = ThreadPoolExecutor(max_workers=1)
+        previous: tuple[list[Request], Callable[[], PackedIds]] | None = None
+        try:
+            for batch in _batches(parts):
+                assert not isinstance(batch, ingest.LineChunk), "chunks of lines are parsed by workers"
+                started = _begin_ids(batch, options, tokenizer_state, encoder)
+                if previous is not None:
+                    _measure_and_collect(previous[0], previous[1](), options, context, out, progress)
+                previous = batch, started
+            if previous is not None:
+                _measure_and_collect(previous[0], previous[1](), options, context, out, progress)
+        finally:
+            encoder.shutdown(cancel_futures=True)
     else:
         crossings = _Crossings(ingest.IngestStats() if stats is None else stats)
         with _WorkerPool(workers, options, tokenizer_state, strict) as pool:
@@ -458,6 +490,13 @@ def collect(parts: Iterable[Request | ingest.LineChunk], options: StreamOptions,
     if "request_tokenizer" in tokenizer_state:
         tokenizer_state["request_tokenizer"].clear_cache()
     return out
+
+
+def _measure_and_collect(batch: list[Request], packed: PackedIds, options: StreamOptions,
+                         context: state.ContextOutputs, out: Collected, progress: Progress | None) -> None:
+    collect_batch(batch, measure_ids(batch, packed, options, context), out)
+    if progress:
+        progress(len(batch))
 
 
 class _Crossings:

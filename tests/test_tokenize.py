@@ -204,13 +204,13 @@ def test_piece_cache_exact_on_sharegpt(default_tok, real_file):
 def test_each_distinct_piece_encoded_once(default_tok, real_file, monkeypatch):
     requests = _sharegpt_requests(real_file("sharegpt_v3_subset.json"), 200)
     calls: list[list[str]] = []
-    real_encode = default_tok.encode_ordinary
+    real_encode = default_tok.encode_ordinary_arrays
 
     def spy(texts):
         calls.append(list(texts))
         return real_encode(texts)
 
-    monkeypatch.setattr(default_tok, "encode_ordinary", spy)
+    monkeypatch.setattr(default_tok, "encode_ordinary_arrays", spy)
     rt = RequestTokenizer(default_tok)
     first = rt.tokenize(requests)
     assert len(calls) == 1, "one batched encoder call per tokenize() batch"
@@ -225,6 +225,46 @@ def test_each_distinct_piece_encoded_once(default_tok, real_file, monkeypatch):
     again = rt.tokenize(requests)
     assert len(calls) == 1, "a second pass is served from the cache"
     assert all(np.array_equal(a.prompt_ids, b.prompt_ids) for a, b in zip(first, again))
+
+
+def test_encode_ordinary_arrays_equal_encode_ordinary(default_tok):
+    """tiktoken's token buffer gives encode_ordinary's ids, lone surrogates and special-token text included."""
+    texts = ["Hello, world!", "", "a\ud800b", "<|eot_id|> as text", "日本語 🎉\n\n  x", "def f(x):\n    return x"]
+    arrays = default_tok.encode_ordinary_arrays(texts)
+    assert [a.dtype for a in arrays] == [np.int32] * len(texts)
+    assert [a.tolist() for a in arrays] == default_tok.encode_ordinary(texts)
+
+
+@pytest.mark.real_data
+def test_overlapped_batches_give_the_same_ids_and_encode_each_piece_once(default_tok, real_file, monkeypatch):
+    """A batch begun while the one before is still encoding (on a thread) takes the pieces and chat segments
+    it shares with that one from it: the same ids as one batch after the other, no piece encoded twice."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    requests = _sharegpt_requests(real_file("sharegpt_v3_subset.json"), 120)
+    batches = [requests[i:i + 16] for i in range(0, len(requests), 16)]
+    reference = RequestTokenizer(default_tok).tokenize_packed(requests)
+    encoded: list[str] = []
+    real_encode = default_tok.encode_ordinary_arrays
+
+    def spy(texts):
+        encoded.extend(texts)
+        return real_encode(texts)
+
+    monkeypatch.setattr(default_tok, "encode_ordinary_arrays", spy)
+    tokenizer = RequestTokenizer(default_tok)
+    got = []
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        started = tokenizer.begin(batches[0], executor)
+        for batch in batches[1:]:
+            following = tokenizer.begin(batch, executor)
+            got.append(tokenizer.finish(started))
+            started = following
+        got.append(tokenizer.finish(started))
+    assert len(encoded) == len(set(encoded))
+    ids = np.concatenate([packed.ids for packed in got])
+    assert np.array_equal(ids, reference.ids)
+    assert [length for packed in got for length in packed.prompt_lens.tolist()] == reference.prompt_lens.tolist()
 
 
 @pytest.mark.real_data

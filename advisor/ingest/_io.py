@@ -143,6 +143,9 @@ class _Replay(io.RawIOBase):
             buffer[:n] = self._head[:n]
             self._head = self._head[n:]
             return n
+        readinto = getattr(self._tail, "readinto", None)
+        if readinto is not None:  # straight into the reader's buffer: no 1 MiB bytes object a read to fault in
+            return readinto(buffer)
         data = self._tail.read(len(buffer))
         buffer[: len(data)] = data
         return len(data)

@@ -216,8 +216,9 @@ def pack_requests(requests: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np
         prompt_lens[r] = len(prompt)
         lengths[r + 1] = len(prompt) + len(output)
     offsets = np.cumsum(lengths)
-    # Filled in place: no int64 copy of every request before the concatenation (half the peak memory).
-    tokens = np.empty(int(offsets[-1]), dtype=np.int64)
+    # Filled in place: no copy of every request before the concatenation (half the peak memory); int32 as
+    # the streaming profile's ids are (token ids < 2**31), half the memory of int64 and its page faults.
+    tokens = np.empty(int(offsets[-1]), dtype=np.int32)
     for r, (prompt, output) in enumerate(requests):
         middle = offsets[r] + prompt_lens[r]
         tokens[offsets[r] : middle] = prompt

@@ -39,12 +39,21 @@ class Column:
     def extend(self, values: np.ndarray | list) -> None:
         values = np.asarray(values, dtype=self._data.dtype)
         end = self.size + values.size
+        self._reserve(end)
+        self._data[self.size : end] = values
+        self.size = end
+
+    def append(self, value: float) -> None:
+        """One value: without the array `extend` makes of it (the samples append per kept item)."""
+        self._reserve(self.size + 1)
+        self._data[self.size] = value
+        self.size += 1
+
+    def _reserve(self, end: int) -> None:
         if end > self._data.size:
             grown = np.empty(max(end, 2 * self._data.size), dtype=self._data.dtype)
             grown[: self.size] = self._data[: self.size]
             self._data = grown
-        self._data[self.size : end] = values
-        self.size = end
 
     @property
     def values(self) -> np.ndarray:
@@ -108,9 +117,9 @@ class _PrioritySample:
 
     def _stored(self, row: int, priority: int, weight: int) -> None:
         """Records the item just stored; compacts when the budget is passed."""
-        self._rows.extend([row])
-        self.priorities.extend([priority])
-        self.weights.extend([weight])
+        self._rows.append(row)
+        self.priorities.append(priority)
+        self.weights.append(weight)
         self.weight += weight
         self._settled = False
         if self.weight > self.budget:
@@ -203,8 +212,8 @@ class ChainStore(_PrioritySample):
             return
         assert chain is not None, "a chain the sample keeps"
         self.blocks.extend(chain.chain)
-        self.prompt_blocks.extend([chain.prompt_blocks])
-        self.prompt_tokens.extend([chain.prompt_tokens])
+        self.prompt_blocks.append(chain.prompt_blocks)
+        self.prompt_tokens.append(chain.prompt_tokens)
         self._stored(row, priority, chain.chain.size)
 
     def absorb(self, other: ChainStore, row_offset: int) -> None:

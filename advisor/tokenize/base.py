@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
+
 from advisor.record import Message
 
 
@@ -61,6 +63,11 @@ class Tokenizer(ABC):
     def encode_ordinary(self, texts: Sequence[str]) -> list[list[int]]:
         """Encode a batch of texts that contain no special-token strings (the pieces of `split_special`)."""
 
+    def encode_ordinary_arrays(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """`encode_ordinary` as int32 arrays (the piece cache's form); a backend that can hand its ids over
+        without a Python list per text overrides it."""
+        return [np.asarray(ids, dtype=np.int32) for ids in self.encode_ordinary(texts)]
+
     @abstractmethod
     def render_chat(self, messages: Sequence[Message]) -> str:
         """The prompt text for a chat request, with the generation prompt, as vLLM's chat endpoint renders it."""
@@ -73,7 +80,7 @@ class Tokenizer(ABC):
         equals encoding the whole text (docs/tokenizers.md, "Piece cache"). Empty pieces are dropped.
         """
         pattern = self._special_pattern
-        if pattern is None:
+        if pattern is None or not any(first in text for first in self._special_firsts):
             return [text] if text else []
         out: list[str | int] = []
         for index, part in enumerate(pattern.split(text)):
@@ -82,6 +89,13 @@ class Tokenizer(ABC):
             elif part:
                 out.append(part)
         return out
+
+    @cached_property
+    def _special_firsts(self) -> frozenset[str]:
+        # The first characters of the special-token names: a text with none of them holds no special token,
+        # and one `in` test per character (one for Llama 3's "<|...|>") is far cheaper than the regex scan
+        # (an empty name gives "", in every text: no shortcut).
+        return frozenset(name[:1] for name in self.special_ids)
 
     @cached_property
     def _special_pattern(self) -> re.Pattern[str] | None:

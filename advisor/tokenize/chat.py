@@ -150,7 +150,7 @@ def render_fallback(messages: Sequence[Message]) -> str:
 # Special-token names of the form <|name|> with no '<', '|' or '>' inside: no such name can start inside text
 # and end inside a following special token, nor start inside one, so cutting a text right before a special
 # token does not change where `Tokenizer.split_special` cuts it.
-_PLAIN_SPECIAL_NAME = re.compile(r"<\|[^<>|]*\|>")
+PLAIN_SPECIAL_NAME = re.compile(r"<\|[^<>|]*\|>")
 _LLAMA31_HEADER = ("<|start_header_id|>system<|end_header_id|>\n\n"
                    "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n")
 _LLAMA31_GENERATION = "<|start_header_id|>assistant<|end_header_id|>\n\n"
@@ -198,14 +198,14 @@ def segmenter(source: str | None, variables: dict[str, str], special_names: Coll
 
     Only the bundled Llama 3.1 Instruct template, byte for byte, with no template variable beyond bos_token
     and eos_token (date_string, custom_tools, builtin_tools would change the header), a bos_token that is a
-    special token or empty, and plain special-token names (see _PLAIN_SPECIAL_NAME).
+    special token or empty, and plain special-token names (see PLAIN_SPECIAL_NAME).
     """
     if source is None or set(variables) - {"bos_token", "eos_token"}:
         return None
     bos = variables.get("bos_token", "")
     if source != llama31_template() or (bos and bos not in special_names):
         return None
-    if not all(_PLAIN_SPECIAL_NAME.fullmatch(name) for name in special_names):
+    if not all(PLAIN_SPECIAL_NAME.fullmatch(name) for name in special_names):
         return None
     return Llama31Segments(bos)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import sys
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator, Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -169,6 +170,8 @@ class RequestTokenizer:
         self._cache = _PieceCache(cache_bytes - segment_bytes)
         self._segments = _PieceCache(segment_bytes)
         self._pending: dict[Hashable, _Segment] = {}  # this batch's segment misses, each rendered once
+        self._earlier: dict[Hashable, _Segment] = {}  # those of the unfinished batch before it, while planning
+        self._unfinished: StartedBatch | None = None  # the batch begun last, while it is not finished
         self._special: dict[int, np.ndarray] = {}  # special id -> 1-element array, reused
         self._prefix = np.asarray(tokenizer.completion_prefix, dtype=np.int32)
         self._suffix = np.asarray(tokenizer.completion_suffix, dtype=np.int32)
@@ -187,8 +190,18 @@ class RequestTokenizer:
     def tokenize_packed(self, requests: Sequence[Request]) -> PackedIds:
         """`tokenize` into one array for the whole batch (the streaming profile's form: one concatenation and
         no array object per request)."""
+        return self.finish(self.begin(requests))
+
+    def begin(self, requests: Sequence[Request], executor: Executor | None = None) -> StartedBatch:
+        """The first half of `tokenize_packed`: plans the batch, looks its pieces up and starts encoding the
+        misses, on `executor` when given (the encoders release the GIL: the caller's Python work goes on
+        meanwhile). One batch begun before may still be unfinished (its misses still being encoded): the
+        pieces and segments this batch shares with it are taken from it at `finish`, not encoded again.
+        Batches finish in the order they began."""
+        previous = self._unfinished
         plans: list[tuple[list | None, list | None]] = []
         self._pending = {}  # (a batch that failed may have left some)
+        self._earlier = previous.segments if previous is not None else {}
         for request in requests:
             try:
                 output = ([self._logged(request.output_token_ids)] if request.output_token_ids is not None
@@ -196,8 +209,30 @@ class RequestTokenizer:
                 plans.append((self._prompt_plan(request), output))
             except TokenizerError as exc:
                 raise TokenizerError(f"{request.source}: {exc}") from exc
-        found = self._encode_misses(plans)
-        self._pending = {}
+        in_flight = previous.missed if previous is not None else set()
+        found, texts, deferred = self._look_up(plans, in_flight)
+        encoded: Future | list[np.ndarray] = []
+        if texts:
+            encoded = executor.submit(self._encode, texts) if executor is not None else self._encode(texts)
+        self._unfinished = StartedBatch(plans, found, texts, encoded, set(texts), self._pending,
+                                        previous if deferred else None, deferred)
+        self._pending, self._earlier = {}, {}
+        return self._unfinished
+
+    def finish(self, started: StartedBatch) -> PackedIds:
+        """The packed ids of a batch `begin` started."""
+        found = started.found
+        if started.previous is not None:  # finished before this one: its misses are in its found ids
+            found.update((text, started.previous.found[text]) for text in started.deferred)
+            started.previous = None
+        encoded = started.encoded.result() if isinstance(started.encoded, Future) else started.encoded
+        stats = self.stats
+        stats.encoded_texts += len(started.texts)
+        stats.encoded_chars += sum(map(len, started.texts))
+        for text, array in zip(started.texts, encoded):
+            found[text] = array
+            stats.evictions += self._cache.put(text, array)
+        plans = started.plans
         count = len(plans)
         lengths = np.full((2, count), -1, dtype=np.int64)
         arrays: list[np.ndarray] = []
@@ -213,6 +248,8 @@ class RequestTokenizer:
                     arrays.append(array)
                     size += array.size
                 lengths[side, index] = size
+        if self._unfinished is started:
+            self._unfinished = None
         ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32)
         self.stats.tokens += ids.size
         starts = np.zeros(count, dtype=np.int64)
@@ -249,7 +286,7 @@ class RequestTokenizer:
         if ids is not None:
             self.stats.segment_hits += 1
             return ids
-        pending = self._pending.get(key)
+        pending = self._pending.get(key) or self._earlier.get(key)
         if pending is None:
             pending = self._pending[key] = _Segment(key, self._split(self._segmenter.render(key)))
         return pending
@@ -271,44 +308,44 @@ class RequestTokenizer:
                 out.append(piece)
         return out
 
-    def _encode_misses(self, plans: list[tuple[list | None, list | None]]) -> dict[str, np.ndarray]:
-        """Ids of every text piece in the batch: cache hits, plus the misses encoded in one batched call.
+    def _look_up(self, plans: list[tuple[list | None, list | None]],
+                 in_flight: set[str]) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
+        """The batch's text pieces found in the cache, its distinct misses in order, and the pieces that the
+        batch before encodes (`in_flight`: its misses, not in the cache until it finishes).
 
-        Returned as a dict local to the batch so that evictions during insertion cannot lose a piece.
+        The found ids are a dict local to the batch so that evictions during insertion cannot lose a piece.
         """
         found: dict[str, np.ndarray] = {}
         misses: dict[str, None] = {}
+        deferred: dict[str, None] = {}
         stats = self.stats
         for prompt_and_output in plans:
             for pieces in prompt_and_output:
                 if pieces is None:
                     continue
-                for piece in _flat(pieces):
+                for piece in _flat(pieces, self._pending):
                     if not isinstance(piece, str):
                         continue
                     stats.pieces += 1
-                    if piece in found or piece in misses:
+                    if piece in found or piece in misses or piece in deferred:
                         stats.cache_hits += 1  # seen earlier in this batch: encoded once
                         continue
                     ids = self._cache.get(piece)
-                    if ids is None:
-                        misses[piece] = None
-                    else:
+                    if ids is not None:
                         stats.cache_hits += 1
                         found[piece] = ids
-        if misses:
-            texts = list(misses)
-            if self.tokenizer.split_invariant:
-                encoded = self.tokenizer.encode_ordinary(texts)
-            else:
-                encoded = self.tokenizer.encode_texts(texts, special=True)
-            stats.encoded_texts += len(texts)
-            stats.encoded_chars += sum(map(len, texts))
-            for text, ids in zip(texts, encoded):
-                array = np.asarray(ids, dtype=np.int32)
-                found[text] = array
-                stats.evictions += self._cache.put(text, array)
-        return found
+                    elif piece in in_flight:
+                        stats.cache_hits += 1
+                        deferred[piece] = None
+                    else:
+                        misses[piece] = None
+        return found, list(misses), list(deferred)
+
+    def _encode(self, texts: list[str]) -> list[np.ndarray]:
+        """The ids of a batch's missed pieces, in one batched call (GIL-free in the encoders: on a thread)."""
+        if self.tokenizer.split_invariant:
+            return self.tokenizer.encode_ordinary_arrays(texts)
+        return [np.asarray(ids, dtype=np.int32) for ids in self.tokenizer.encode_texts(texts, special=True)]
 
     def _segment_ids(self, segment: _Segment, found: dict[str, np.ndarray]) -> np.ndarray:
         """A missed segment's ids from its pieces, stored in the segment cache (once per batch)."""
@@ -319,15 +356,33 @@ class RequestTokenizer:
         return segment.ids
 
 
+@dataclass(slots=True, eq=False)
+class StartedBatch:
+    """A batch between `RequestTokenizer.begin` and `finish`: its plans, the pieces found in the cache, the
+    missed pieces (`texts`, and as a set `missed`) with their ids being encoded (a Future when on an
+    executor), its missed chat segments, and the pieces `deferred` to the batch begun before it, `previous`."""
+
+    plans: list[tuple[list | None, list | None]]
+    found: dict[str, np.ndarray]
+    texts: list[str]
+    encoded: Future | list[np.ndarray]
+    missed: set[str]
+    segments: dict[Hashable, _Segment]
+    previous: StartedBatch | None
+    deferred: list[str]
+
+
 def _own(ids: np.ndarray | None) -> np.ndarray | None:
     """A request's ids in an array of their own (not a view that keeps a whole batch's ids alive)."""
     return None if ids is None else ids.copy()
 
 
-def _flat(plan: list) -> Iterator:
-    """The pieces of a plan, those of its missed chat segments included."""
+def _flat(plan: list, own: dict[Hashable, _Segment]) -> Iterator:
+    """The pieces of a plan, those of the batch's `own` missed chat segments included (a segment missed by
+    the batch before is that batch's to encode)."""
     for part in plan:
         if isinstance(part, _Segment):
-            yield from part.pieces
+            if own.get(part.key) is part:
+                yield from part.pieces
         else:
             yield part
