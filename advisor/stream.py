@@ -1,9 +1,10 @@
 """Streaming collection for the profile: requests in, compact per-request state out, on one or N processes.
 
 The log is read one batch at a time. Per request, the heavy part (tokenization with the per-piece cache,
-the block-hash chain, the n-gram overlap counts) is `measure_batch`; the light part (`collect_batch`, in
-file order in the main process) appends the results to `Collected`: packed columns, the chain store and
-the replay reservoir (advisor.measure.state). Nothing keeps a Python object per request. On one process, a
+the block-hash chain, the n-gram overlap counts, the samples' keyed hashes) is `measure_batch`; the light
+part (`collect_batch`, in file order in the main process) appends the results, packed arrays, to
+`Collected`: columns, the chain store and the replay reservoir (advisor.measure.state). Nothing keeps a
+Python object per request. On one process, a
 batch's cache misses are encoded on a second thread (the encoders release the GIL) while the main thread
 plans the next batch (its pieces that this batch encodes are taken from it), measures and collects the
 batch before and parses the one after.
@@ -71,14 +72,14 @@ class StreamOptions:
 @pickled_by_fields
 @dataclass(slots=True)
 class MeasuredBatch:
-    """The heavy results of one batch of requests, in packed arrays (no object per request: a batch's
-    results pickle as a few arrays when they come back from a worker).
+    """The results of one batch of requests, in packed arrays (no object per request: a batch's results
+    pickle as a few arrays when they come back from a worker), and its requests' `facts`.
 
     Request i's token ids (the tokenizer's, or the log's) are `ids[starts[i]:]`: `prompt_lens[i]` prompt
-    ids, then `output_lens[i]` output ids (-1: none). Its block chain is hashed from them when the chain
-    sample keeps it (`collect_batch`: most of a big log's chains are not kept); a token-free trace's chain
-    comes from its logged block ids (`traced`). The overlap counts are those of the requests with a prompt
-    and a non-empty output, `counted`, in order.
+    ids, then `output_lens[i]` output ids (-1: none). Its block chain is hashed from them where the batch is
+    measured when the chain sample may keep it (`hashed_rows`: most of a big log's chains are not kept); a
+    token-free trace's chain comes from its logged block ids (`traced`). The overlap counts are those of the
+    requests with a prompt and a non-empty output, `counted`, in order.
     """
 
     input_lens: np.ndarray  # float64, NaN where unknown
@@ -93,6 +94,17 @@ class MeasuredBatch:
     counted: np.ndarray  # int64: the requests with overlap counts
     overlap_counts: np.ndarray  # int64, len(counted) x 3 x OVERLAP_MAX_N, see overlap.overlap_counts
     with_context: np.ndarray  # bool, per counted request
+    facts: Facts
+    # The chains hashed ahead of the collection: those of tokenized requests whose sample priority was below
+    # the store's bound when the batch was sent (a superset of what it keeps when it collects them).
+    hashed_rows: np.ndarray  # int64: the requests, in order
+    hashed_blocks: np.ndarray  # uint64: their chains, one after another
+    hashed_offsets: np.ndarray  # int64: hashed_rows[k]'s chain is hashed_blocks[offsets[k]:offsets[k + 1]]
+
+    @property
+    def size(self) -> int:
+        """The batch's requests."""
+        return self.input_lens.size
 
     def prompt(self, index: int) -> np.ndarray:
         """Request `index`'s prompt ids (a view into the batch's ids; it has some)."""
@@ -113,7 +125,8 @@ class MeasuredBatch:
         lengths = np.empty((3, size), dtype=np.int64)
         traced, counted, with_context = [], [], []
         counts: list[np.ndarray] = []
-        offset = 0
+        hashed_rows, hashed_blocks, hashed_offsets = [], [], []
+        offset = blocks = 0
         for indices, part in parts:
             where = np.asarray(indices, dtype=np.int64)
             floats[0, where], floats[1, where] = part.input_lens, part.output_lens
@@ -124,40 +137,87 @@ class MeasuredBatch:
             counted.append(where[part.counted])
             counts.append(part.overlap_counts)
             with_context.append(part.with_context)
+            hashed_rows.append(where[part.hashed_rows])
+            hashed_blocks.append(part.hashed_blocks)
+            hashed_offsets.append(part.hashed_offsets[:-1] + blocks)
+            blocks += part.hashed_blocks.size
         order = np.argsort(np.concatenate(counted), kind="stable")
         return cls(floats[0], floats[1], flags, np.concatenate([part.ids for _, part in parts]), lengths[0],
                    lengths[1], lengths[2], parts[0][1].block_size, sorted(traced, key=lambda item: item[0]),
                    np.concatenate(counted)[order], np.concatenate(counts)[order],
-                   np.concatenate(with_context)[order])
+                   np.concatenate(with_context)[order], Facts.merged(size, parts, order),
+                   np.concatenate(hashed_rows), np.concatenate(hashed_blocks),
+                   np.concatenate([*hashed_offsets, np.array([blocks], dtype=np.int64)]))
 
 
 @pickled_by_fields
 @dataclass(slots=True)
 class Facts:
-    """The fields of a Request that the collection reads (`collect_batch`), under the same names: what a worker
-    that parsed the request itself sends back instead of the request with all its text."""
+    """What the collection reads of a batch's requests besides their measurements, packed, and computed where
+    the batch is measured (a worker): the keyed hashes (the samples' priorities, the routing affinity) and
+    the conversions from the requests' fields, so that the main process only appends arrays."""
 
-    source: str
-    timestamp: float | None
-    latency_s: float | None
-    prompt_tokens: int | None
-    sampling: SamplingParams
-    conversation_id: str | None
-    replica: str | None
+    timestamps: np.ndarray  # float64, NaN where unknown
+    latencies: np.ndarray  # float64
+    logged_prompt_tokens: np.ndarray  # float64: the log's prompt token count (NaN: none)
+    sampling: state.SamplingCounts
+    replica_names: list[str]  # the replicas the batch's log names, in order of first appearance
+    replica_labels: np.ndarray  # int32: index into replica_names, -1 where the log names none
+    affinities: np.ndarray  # uint32: routing.affinity of the sample key
+    chain_priorities: np.ndarray  # int64: the chain sample's priority of the sample key
+    replay_priorities: np.ndarray  # int64, per counted request: the replay sample's priority of its source
+    conversations: list[str | None]  # per counted request (the main process's context for chunks)
 
     @classmethod
-    def of(cls, request: Request) -> Facts:
-        return cls(request.source, request.timestamp, request.latency_s, request.prompt_tokens, request.sampling,
-                   request.conversation_id, request.replica)
+    def of(cls, batch: Sequence[Request], seed: int, counted: np.ndarray) -> Facts:
+        keys = [sample_key(request) for request in batch]
+        names: dict[str, int] = {}
+        labels = [-1 if r.replica is None else names.setdefault(r.replica, len(names)) for r in batch]
+        chosen = [batch[i] for i in counted.tolist()]
+        return cls(
+            np.array([_nan(r.timestamp) for r in batch], dtype=np.float64),
+            np.array([_nan(r.latency_s) for r in batch], dtype=np.float64),
+            np.array([_nan(r.prompt_tokens) for r in batch], dtype=np.float64),
+            state.SamplingCounts.of(r.sampling for r in batch),
+            list(names),
+            np.array(labels, dtype=np.int32),
+            np.array([routing.affinity(key) for key in keys], dtype=np.uint32),
+            np.array([state.conversation_priority(key, seed) for key in keys], dtype=np.int64),
+            np.array([state.request_priority(r.source, seed) for r in chosen], dtype=np.int64),
+            [r.conversation_id for r in chosen],
+        )
+
+    @classmethod
+    def merged(cls, size: int, parts: list[tuple[list[int], MeasuredBatch]], order: np.ndarray) -> Facts:
+        """`MeasuredBatch.merged`'s part: the facts of the whole batch (`order`: of its parts' counted
+        requests, concatenated, into the batch's order)."""
+        floats = np.empty((3, size))
+        keys = np.empty((2, size), dtype=np.int64)
+        sampling = state.SamplingCounts()
+        named: list[str | None] = [None] * size
+        for indices, part in parts:
+            facts = part.facts
+            where = np.asarray(indices, dtype=np.int64)
+            floats[:, where] = facts.timestamps, facts.latencies, facts.logged_prompt_tokens
+            keys[:, where] = facts.affinities, facts.chain_priorities
+            sampling.absorb(facts.sampling)
+            for index, label in zip(indices, facts.replica_labels.tolist()):
+                named[index] = None if label < 0 else facts.replica_names[label]
+        names: dict[str, int] = {}
+        labels = [-1 if name is None else names.setdefault(name, len(names)) for name in named]
+        conversations = [c for _, part in parts for c in part.facts.conversations]
+        return cls(floats[0], floats[1], floats[2], sampling, list(names), np.array(labels, dtype=np.int32),
+                   keys[0].astype(np.uint32), keys[1],
+                   np.concatenate([part.facts.replay_priorities for _, part in parts])[order],
+                   [conversations[i] for i in order.tolist()])
 
 
 @dataclass
 class MeasuredChunk:
-    """A worker's results for one chunk of raw lines: its requests' facts and measurements, the chunk's ingest
-    stats and bad-record count (ingest.ParsedChunk without the requests), and whether the worker holds a
-    tokenizer it loaded for text (then the report names it, as after a serial run)."""
+    """A worker's results for one chunk of raw lines: its requests' measurements, the chunk's ingest stats and
+    bad-record count (ingest.ParsedChunk without the requests), and whether the worker holds a tokenizer it
+    loaded for text (then the report names it, as after a serial run)."""
 
-    facts: list[Facts]
     measured: MeasuredBatch
     stats: ingest.IngestStats
     bad_records: int
@@ -324,13 +384,14 @@ def _with_logged_ids(batch: list[Request], text: list[int], tokenized: PackedIds
 
 
 def measure_batch(batch: list[Request], options: StreamOptions, tokenizer_state: dict[str, Any],
-                  context: state.ContextOutputs) -> MeasuredBatch:
-    """Tokenization and overlap counts of each request (in order; updates `context`), in packed arrays."""
-    return measure_ids(batch, _begin_ids(batch, options, tokenizer_state)(), options, context)
+                  context: state.ContextOutputs, bound: int) -> MeasuredBatch:
+    """Tokenization, overlap counts and the block chains of priority below `bound` (the chain store's, see
+    state.ChainStore.bound) of each request (in order; updates `context`), in packed arrays."""
+    return measure_ids(batch, _begin_ids(batch, options, tokenizer_state)(), options, context, bound)
 
 
 def measure_ids(batch: list[Request], packed: PackedIds, options: StreamOptions,
-                context: state.ContextOutputs) -> MeasuredBatch:
+                context: state.ContextOutputs, bound: int) -> MeasuredBatch:
     """`measure_batch` once the batch's ids are packed."""
     prompt_lens, output_lens = packed.prompt_lens, packed.output_lens
     traced = []
@@ -355,74 +416,74 @@ def measure_ids(batch: list[Request], packed: PackedIds, options: StreamOptions,
     counts = overlap.overlap_counts_packed(packed.ids, packed.starts, prompt_lens, output_lens, counted, contexts,
                                            OVERLAP_MAX_N)
     with_context = np.array([c is not None for c in contexts], dtype=bool)
-    logged_in = np.array([_nan(r.prompt_tokens) for r in batch])
+    facts = Facts.of(batch, options.seed, counted)
     logged_out = np.array([_nan(r.completion_tokens) for r in batch])
-    return MeasuredBatch(np.where(prompt_lens >= 0, prompt_lens, logged_in),
+    # A chain is hashed from the prompt and all but the last output token (prefix.PrefixBlocks).
+    tokenized = np.flatnonzero(prompt_lens >= 0)
+    hashed = tokenized[facts.chain_priorities[tokenized] < bound]
+    blocks, offsets = prefix.block_hashes_packed(packed.ids, packed.starts[hashed],
+                                                 prompt_lens[hashed] + np.maximum(output_lens[hashed] - 1, 0),
+                                                 options.block_size)
+    return MeasuredBatch(np.where(prompt_lens >= 0, prompt_lens, facts.logged_prompt_tokens),
                          np.where(output_lens >= 0, output_lens, logged_out), prompt_lens >= 0, packed.ids,
                          packed.starts, prompt_lens, output_lens, options.block_size, traced, counted, counts,
-                         with_context)
+                         with_context, facts, hashed, blocks, offsets)
 
 
-def collect_batch(batch: Sequence[Request | Facts], measured: MeasuredBatch, out: Collected) -> None:
+def collect_batch(measured: MeasuredBatch, out: Collected) -> None:
     """Appends one batch's results to `out`, in file order."""
     first = out.rows
-    size = len(batch)
-    for request in batch:
-        out.sampling.add(request.sampling)
-    _collect_chains(batch, measured, out.store, first)
+    facts = measured.facts
+    out.sampling.absorb(facts.sampling)
+    _collect_chains(measured, out.store, first)
     counted = measured.counted
-    shares4 = np.full(size, np.nan)
+    shares4 = np.full(measured.size, np.nan)
     if counted.size:
         counts = measured.overlap_counts
         out.overlap_counts.extend(counts.ravel())
         out.overlap_with_context.extend(measured.with_context)
         positions, hits = counts[:, 0, 3], counts[:, 1, 3]
         shares4[counted] = np.divide(hits, positions, out=np.full(counted.size, np.nan), where=positions != 0)
-        for index in counted.tolist():
-            out.replay.add(first + index, batch[index].source, measured.prompt(index), measured.output(index))
-    out._timestamps.extend([_nan(request.timestamp) for request in batch])
+        offered = facts.replay_priorities < out.replay.bound  # the others are never kept
+        out.replay.skip(int(counted.size - np.count_nonzero(offered)))
+        for index, priority in zip(counted[offered].tolist(), facts.replay_priorities[offered].tolist()):
+            out.replay.add(first + index, priority, measured.prompt(index), measured.output(index))
+    out._timestamps.extend(facts.timestamps)
     out._input_lens.extend(measured.input_lens)
     out._output_lens.extend(measured.output_lens)
-    out._latencies.extend([_nan(request.latency_s) for request in batch])
-    text_prompt = measured.text_prompt.tolist()
-    out._logged_prompt_tokens.extend([_nan(request.prompt_tokens if text else None)
-                                      for request, text in zip(batch, text_prompt)])
+    out._latencies.extend(facts.latencies)
+    out._logged_prompt_tokens.extend(np.where(measured.text_prompt, facts.logged_prompt_tokens, np.nan))
     out._overlap4.extend(shares4)
     names = out.replica_names
-    out._replica_labels.extend([-1 if request.replica is None else names.setdefault(request.replica, len(names))
-                                for request in batch])
-    out._affinities.extend([routing.affinity(sample_key(request)) for request in batch])
-    out.rows += size
+    renumber = np.array([names.setdefault(name, len(names)) for name in facts.replica_names] + [-1], dtype=np.int32)
+    out._replica_labels.extend(renumber[facts.replica_labels])
+    out._affinities.extend(facts.affinities)
+    out.rows += measured.size
 
 
-def _collect_chains(batch: Sequence[Request | Facts], measured: MeasuredBatch, store: state.ChainStore,
-                    first: int) -> None:
-    """Offers each request's block chain to the store in row order, hashing from the token ids only those
-    the store keeps (all of them in one compiled call): a chain that the sample would drop is never hashed."""
+def _collect_chains(measured: MeasuredBatch, store: state.ChainStore, first: int) -> None:
+    """Offers each request's block chain to the store in row order: those hashed ahead (`measured.hashed_rows`)
+    that the store may keep now, None for the others (the store drops them), a trace's logged ones."""
     block_size = measured.block_size
-    tokenized = np.flatnonzero(measured.prompt_lens >= 0).tolist()
-    offers: list[tuple[int, str, int]] = []  # (request, sample key, priority) in row order
-    for index in tokenized:
-        key = sample_key(batch[index])
-        offers.append((index, key, store.priority(key)))
-    kept = [index for index, _, priority in offers if store.keeps(priority)]
+    priorities = measured.facts.chain_priorities.tolist()
+    prompt_lens = measured.prompt_lens.tolist()
+    offsets = measured.hashed_offsets.tolist()
+    bound = store.bound
     chains: dict[int, prefix.PrefixBlocks] = {}
-    if kept:
-        where = np.asarray(kept, dtype=np.int64)
-        prompt_lens = measured.prompt_lens[where]
-        cached_lens = prompt_lens + np.maximum(measured.output_lens_ids[where] - 1, 0)  # prompt + output[:-1]
-        blocks, offsets = prefix.block_hashes_packed(measured.ids, measured.starts[where], cached_lens, block_size)
-        for k, (index, tokens) in enumerate(zip(kept, prompt_lens.tolist())):
-            chains[index] = prefix.PrefixBlocks(tokens, tokens // block_size, blocks[offsets[k]:offsets[k + 1]])
+    for k, index in enumerate(measured.hashed_rows.tolist()):
+        if priorities[index] < bound:
+            tokens = prompt_lens[index]
+            chains[index] = prefix.PrefixBlocks(tokens, tokens // block_size,
+                                                measured.hashed_blocks[offsets[k]:offsets[k + 1]])
     traced = iter(measured.traced)
     pending = next(traced, None)
-    for index, key, priority in offers:
+    for index in np.flatnonzero(measured.prompt_lens >= 0).tolist():
         while pending is not None and pending[0] < index:
-            store.add(first + pending[0], sample_key(batch[pending[0]]), pending[1], pending[2])
+            store.add(first + pending[0], priorities[pending[0]], pending[1], pending[2])
             pending = next(traced, None)
-        store.add(first + index, key, chains.get(index), block_size, priority)
+        store.add(first + index, priorities[index], chains.get(index), block_size)
     while pending is not None:
-        store.add(first + pending[0], sample_key(batch[pending[0]]), pending[1], pending[2])
+        store.add(first + pending[0], priorities[pending[0]], pending[1], pending[2])
         pending = next(traced, None)
 
 
@@ -476,16 +537,15 @@ def collect(parts: Iterable[Request | ingest.LineChunk], options: StreamOptions,
     else:
         crossings = _Crossings(ingest.IngestStats() if stats is None else stats)
         with _WorkerPool(workers, options, tokenizer_state, strict) as pool:
-            for job, result in pool.map(_batches(parts)):
+            for job, result in pool.map(_batches(parts), lambda: out.store.bound):
                 if isinstance(result, MeasuredChunk):
                     crossings.absorb(job, result)  # type: ignore[arg-type]
-                    batch: Sequence[Request | Facts] = result.facts
                     measured = result.measured
                 else:
-                    batch, measured = job, result  # type: ignore[assignment]
-                collect_batch(batch, measured, out)
+                    measured = result
+                collect_batch(measured, out)
                 if progress:
-                    progress(len(batch))
+                    progress(measured.size)
     # The whole-log analyses that follow need the memory more than the piece cache does.
     if "request_tokenizer" in tokenizer_state:
         tokenizer_state["request_tokenizer"].clear_cache()
@@ -494,7 +554,7 @@ def collect(parts: Iterable[Request | ingest.LineChunk], options: StreamOptions,
 
 def _measure_and_collect(batch: list[Request], packed: PackedIds, options: StreamOptions,
                          context: state.ContextOutputs, out: Collected, progress: Progress | None) -> None:
-    collect_batch(batch, measure_ids(batch, packed, options, context), out)
+    collect_batch(measure_ids(batch, packed, options, context, out.store.bound), out)
     if progress:
         progress(len(batch))
 
@@ -525,7 +585,7 @@ class _Crossings:
             self._file_first_problem = len(self.stats.problems)
             self._file_requests = self._file_bad = 0
         self.stats.absorb(result.stats)
-        self._file_requests += len(result.facts)
+        self._file_requests += result.measured.size
         self._file_bad += result.bad_records
         if chunk.last and not self._file_requests:
             first = self._file_first_problem
@@ -534,7 +594,7 @@ class _Crossings:
         in_chunk: dict[str, int] = {}
         measured = result.measured
         for k, index in enumerate(measured.counted.tolist()):
-            conversation = result.facts[index].conversation_id
+            conversation = measured.facts.conversations[k]
             if conversation is None:
                 continue
             earlier = self.context.earlier(conversation)
@@ -549,18 +609,17 @@ class _Crossings:
 
 
 def _measure_chunk(chunk: ingest.LineChunk, options: StreamOptions, strict: bool,
-                   tokenizer_state: dict[str, Any]) -> MeasuredChunk:
+                   tokenizer_state: dict[str, Any], bound: int) -> MeasuredChunk:
     """A worker's job for a chunk of raw lines: parse it, measure its requests with the chunk's own context."""
     parsed = ingest.parse_chunk(chunk, strict, options.hash_block_size)
-    measured = measure_batch(parsed.requests, options, tokenizer_state, state.ContextOutputs(sys.maxsize))
-    return MeasuredChunk([Facts.of(request) for request in parsed.requests], measured, parsed.stats,
-                         parsed.bad_records, "tokenizer" in tokenizer_state)
+    measured = measure_batch(parsed.requests, options, tokenizer_state, state.ContextOutputs(sys.maxsize), bound)
+    return MeasuredChunk(measured, parsed.stats, parsed.bad_records, "tokenizer" in tokenizer_state)
 
 
 def _worker_main(inbox: Any, outbox: Any, options: StreamOptions, strict: bool, context_budget: int,
                  tokenizer: Any) -> None:
-    """A worker: measures the jobs it is sent (a shard of a batch of requests, or a chunk of lines), in order,
-    until it receives None.
+    """A worker: measures the jobs it is sent (a shard of a batch of requests, or a chunk of lines, each with
+    the chain store's bound when it was sent: the chains it hashes), in order, until it receives None.
 
     `tokenizer`: the main process's, inherited through fork (None: the worker loads its own when needed);
     taken up at the first request with text, as in one process.
@@ -568,14 +627,15 @@ def _worker_main(inbox: Any, outbox: Any, options: StreamOptions, strict: bool, 
     tokenizer_state: dict[str, Any] = {} if tokenizer is None else {"preloaded": tokenizer}
     context = state.ContextOutputs(context_budget)
     while True:
-        job = inbox.get()
-        if job is None:
+        message = inbox.get()
+        if message is None:
             return
+        job, bound = message
         try:
             if isinstance(job, ingest.LineChunk):
-                outbox.put(("ok", _measure_chunk(job, options, strict, tokenizer_state)))
+                outbox.put(("ok", _measure_chunk(job, options, strict, tokenizer_state, bound)))
             else:
-                outbox.put(("ok", measure_batch(job, options, tokenizer_state, context)))
+                outbox.put(("ok", measure_batch(job, options, tokenizer_state, context, bound)))
         except BaseException as error:  # noqa: BLE001 - re-raised in the main process
             outbox.put(("error", error))
             return
@@ -642,14 +702,14 @@ class _WorkerPool:
             shards[zlib.crc32(key.encode("utf-8", "surrogatepass")) % len(shards)].append(index)
         return shards
 
-    def _send(self, job: Job, next_row: int) -> list[list[int]] | int:
-        """Sends a job: a chunk to the next worker in turn (returns the worker), a batch's requests to their
-        conversations' workers (returns the batch's indices per worker)."""
+    def _send(self, job: Job, next_row: int, bound: int) -> list[list[int]] | int:
+        """Sends a job with the chain store's `bound`: a chunk to the next worker in turn (returns the worker),
+        a batch's requests to their conversations' workers (returns the batch's indices per worker)."""
         if isinstance(job, ingest.LineChunk):
             if not self.processes:
                 self._start(job)
             worker = next(self._turn)
-            self.inboxes[worker].put(job)
+            self.inboxes[worker].put((job, bound))
             return worker
         if "tokenizer" not in self.tokenizer_state and any(
             r.needs_tokenizer or (self.options.tokenizer is not None and _has_ids(r)) for r in job
@@ -660,11 +720,13 @@ class _WorkerPool:
         shards = self._route(job, next_row)
         for inbox, indices in zip(self.inboxes, shards):
             if indices:
-                inbox.put([job[i] for i in indices])
+                inbox.put(([job[i] for i in indices], bound))
         return shards
 
-    def map(self, jobs: Iterator[Job]) -> Iterator[tuple[Job, MeasuredBatch | MeasuredChunk]]:
-        """(job, its results) in order; up to IN_FLIGHT_PER_WORKER jobs per worker ahead are being measured."""
+    def map(self, jobs: Iterator[Job], bound: Callable[[], int]) -> Iterator[tuple[Job, MeasuredBatch | MeasuredChunk]]:
+        """(job, its results) in order; up to IN_FLIGHT_PER_WORKER jobs per worker ahead are being measured.
+        `bound()`: the chain store's bound as each job is sent (it only falls, so the workers hash a superset
+        of the chains the store keeps when it collects their results)."""
         pending: list[tuple[Job, list[list[int]] | int]] = []
         next_row = 0  # requests of the batches sent (the routing key of requests without a conversation)
         limit = IN_FLIGHT_PER_WORKER * self.workers
@@ -675,7 +737,7 @@ class _WorkerPool:
                 if job is None:
                     exhausted = True
                     break
-                pending.append((job, self._send(job, next_row)))
+                pending.append((job, self._send(job, next_row, bound())))
                 if not isinstance(job, ingest.LineChunk):
                     next_row += len(job)
             if not pending:

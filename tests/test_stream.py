@@ -127,6 +127,28 @@ def test_workers_parse_json_lines_as_one_process(real_file, tmp_path, fmt):
         assert serial["routing"]["policy"] == "log" and len(serial["routing"]["names"]) == 3
 
 
+def test_workers_hash_the_chains_the_sampled_store_keeps(real_file, tmp_path, monkeypatch):
+    """Past the budgets, workers hash the chains below the store's bound when each job was sent (a superset of
+    what it keeps, the bound only falling) and the replay sample skips what it never keeps: the same samples
+    as one process, whose bound is exact."""
+    from advisor.ingest import read_parts, read_requests
+
+    monkeypatch.setattr(stream, "PREFIX_BLOCK_BUDGET", 3_000)
+    monkeypatch.setattr(stream, "REPLAY_TOKEN_BUDGET", 60_000)
+    path = tmp_path / "chat.jsonl"
+    _chat_log(real_file, path, {})
+    options = stream.StreamOptions(tokenizer=None, model=None, block_size=16, hash_block_size=512, seed=0)
+    serial = stream.collect(read_requests([str(path)]), options, {})
+    stats = IngestStats()
+    parallel = stream.collect(read_parts([str(path)], stats=stats), options, {}, workers=2, stats=stats)
+    assert serial.store.sampled and len(serial.replay_inputs) < serial.replay_seen == parallel.replay_seen
+    for mine, theirs in ((parallel.store.rows, serial.store.rows), (parallel.store.blocks, serial.store.blocks)):
+        np.testing.assert_array_equal(mine.values, theirs.values)
+    np.testing.assert_array_equal(parallel.replay_rows, serial.replay_rows)
+    assert parallel.store.offered == serial.store.offered
+    np.testing.assert_array_equal(parallel.affinities, serial.affinities)
+
+
 def test_workers_recompute_the_overlaps_that_cross_chunks(real_file, tmp_path):
     """The counts of requests whose conversation began in an earlier chunk are the serial ones (and differ
     from what the chunk alone gives: the test would catch counts left as the worker found them)."""
@@ -144,7 +166,7 @@ def test_workers_recompute_the_overlaps_that_cross_chunks(real_file, tmp_path):
     np.testing.assert_array_equal(parallel.overlap_with_context.values, serial.overlap_with_context.values)
     assert stats.requests == serial.rows
     # Each chunk alone (one process per chunk, no earlier outputs) gives other counts at the chunks' seams.
-    alone = [stream._measure_chunk(part, options, False, {}) for part in read_parts([str(path)])]
+    alone = [stream._measure_chunk(part, options, False, {}, 0) for part in read_parts([str(path)])]
     counts = np.concatenate([chunk.measured.overlap_counts.ravel() for chunk in alone])
     assert not np.array_equal(counts, serial.overlap_counts.values)
 
@@ -181,7 +203,7 @@ def test_chain_store_stays_within_budget_and_keeps_conversations_whole():
     for row in range(2_000):
         key = f"conv{row % 150}"
         conversation_of[row] = key
-        store.add(row, key, _chain(5, row), 16)
+        store.add(row, store.priority(key), _chain(5, row), 16)
         assert store.blocks.size <= 1_000
     assert store.sampled and 0 < store.kept_share < 1
     kept_rows = set(store.rows.values.tolist())
@@ -194,14 +216,14 @@ def test_chain_store_stays_within_budget_and_keeps_conversations_whole():
     # Deterministic: the same stream gives the same sample.
     again = state.ChainStore(block_budget=1_000, seed=3)
     for row in range(2_000):
-        again.add(row, conversation_of[row], _chain(5, row), 16)
+        again.add(row, again.priority(conversation_of[row]), _chain(5, row), 16)
     np.testing.assert_array_equal(again.rows.values, store.rows.values)
 
 
 def test_chain_store_keeps_everything_under_budget():
     store = state.ChainStore(block_budget=10_000, seed=0)
     for row in range(100):
-        store.add(row, f"#{row}", _chain(3, row), 16)
+        store.add(row, store.priority(f"#{row}"), _chain(3, row), 16)
     assert not store.sampled and store.rows.size == 100 and store.blocks.size == 300
 
 
@@ -231,9 +253,7 @@ def test_sampling_counts_give_the_list_summary():
                            top_k=rng.choice([None, 1, 50]), top_p=rng.choice([None, 0.95]))
             for _ in range(rng.randint(0, 40))
         ]
-        counts = state.SamplingCounts()
-        for p in params:
-            counts.add(p)
+        counts = state.SamplingCounts.of(params)
         assert summary_from_counts(counts.counts) == sampling_summary(params)
         temperatures = [p.temperature for p in params if p.temperature is not None]
         if temperatures:
@@ -261,7 +281,7 @@ def test_replay_sample_stays_within_budget():
     rng = np.random.default_rng(0)
     for row in range(500):
         size = int(rng.integers(5, 20))
-        sample.add(row, f"log:{row}", np.zeros(size, np.int32), np.zeros(size, np.int32))
+        sample.add(row, sample.priority(f"log:{row}"), np.zeros(size, np.int32), np.zeros(size, np.int32))
         assert sample.tokens <= 1_000
     assert sample.seen == 500
     inputs = sample.inputs
@@ -279,14 +299,14 @@ def _store(offers, budget: int, shift: int = 0) -> state.ChainStore:
     """The chain store of `offers`, its rows counted from `shift` (a shard's first row in the whole log)."""
     store = state.ChainStore(block_budget=budget, seed=5)
     for row, key, size in offers:
-        store.add(row - shift, key, _chain(size, row), 16)
+        store.add(row - shift, store.priority(key), _chain(size, row), 16)
     return store
 
 
 def _sample(offers, budget: int, shift: int = 0) -> state.ReplaySample:
     sample = state.ReplaySample(token_budget=budget, seed=5)
     for row, key, size in offers:
-        sample.add(row - shift, f"{key}:{row}", np.full(size, row, np.int32), np.zeros(1, np.int32))
+        sample.add(row - shift, sample.priority(f"{key}:{row}"), np.full(size, row, np.int32), np.zeros(1, np.int32))
     return sample
 
 
@@ -353,11 +373,19 @@ def test_records_sent_to_workers_pickle_by_field_values():
                       sampling=SamplingParams(temperature=0.2, top_k=5), latency_s=1.5, finish_reason="stop")
     assert pickle.loads(pickle.dumps(request)) == request
     chain = PrefixBlocks(40, 2, np.array([5, 9, 11], dtype=np.uint64))
+    facts = stream.Facts(np.array([1.0, np.nan]), np.array([np.nan, 2.0]), np.array([38.0, 7.0]),
+                         state.SamplingCounts.of([SamplingParams(temperature=0.5)] * 2), ["r1"],
+                         np.array([-1, 0], dtype=np.int32), np.array([3, 4], dtype=np.uint32), np.array([5, 6]),
+                         np.array([7]), ["c"])
     measured = stream.MeasuredBatch(
         np.array([40.0, 7.0]), np.array([3.0, np.nan]), np.array([True, False]), np.arange(43, dtype=np.int32),
         np.array([0, 43]), np.array([40, -1]), np.array([3, -1]), 16, [(1, chain, 512)], np.array([0]),
-        np.arange(15).reshape(1, 3, 5), np.array([True]))
+        np.arange(15).reshape(1, 3, 5), np.array([True]), facts, np.array([0]), np.array([8, 9], dtype=np.uint64),
+        np.array([0, 2]))
     back = pickle.loads(pickle.dumps(measured))
+    assert back.facts.replica_names == ["r1"] and back.facts.replica_labels.tolist() == [-1, 0]
+    assert back.facts.sampling.counts == facts.sampling.counts and back.facts.conversations == ["c"]
+    assert back.hashed_blocks.tolist() == [8, 9] and back.hashed_offsets.tolist() == [0, 2]
     assert back.input_lens.tolist() == [40.0, 7.0] and back.block_size == 16
     assert np.array_equal(back.prompt(0), np.arange(40)) and np.array_equal(back.output(0), [40, 41, 42])
     index, back_chain, block_size = back.traced[0]

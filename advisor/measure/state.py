@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 from collections import Counter, OrderedDict
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -165,6 +166,12 @@ class _PrioritySample:
         return self._threshold
 
     @property
+    def bound(self) -> int:
+        """No item of this priority or above will ever be stored (the threshold only falls): whoever prepares
+        the items (a worker, ahead of the collection) may skip those."""
+        return self._threshold
+
+    @property
     def sampled(self) -> bool:
         return self.threshold < _PRIORITY_SPACE
 
@@ -196,18 +203,11 @@ class ChainStore(_PrioritySample):
         """The sample priority of the conversation (or request) `key`."""
         return conversation_priority(key, self.seed)
 
-    def keeps(self, priority: int) -> bool:
-        """Whether `add` would store a chain of this priority now (False: it never will, the threshold only
-        falls), so that a caller can skip hashing the chains the sample drops."""
-        return priority < self._threshold
-
-    def add(self, row: int, key: str, chain: PrefixBlocks | None, block_size: int, priority: int | None = None) -> None:
-        """Offers the chain of request `row`; `priority` is `self.priority(key)` when the caller has it, and
-        `chain` may be None only when `keeps(priority)` is False."""
+    def add(self, row: int, priority: int, chain: PrefixBlocks | None, block_size: int) -> None:
+        """Offers the chain of request `row`, of sample priority `priority` (`self.priority(key)`); `chain` may
+        be None only when the priority is at or above `bound` (see _PrioritySample)."""
         self.offered += 1
         self.block_sizes.add(block_size)
-        if priority is None:
-            priority = conversation_priority(key, self.seed)
         if priority >= self._threshold:
             return
         assert chain is not None, "a chain the sample keeps"
@@ -277,14 +277,22 @@ class ReplaySample(_PrioritySample):
         self._inputs: list[tuple[np.ndarray, np.ndarray]] = []
         self.seen = 0
 
-    def add(self, row: int, key: str, prompt_ids: np.ndarray, output_ids: np.ndarray) -> None:
+    def priority(self, key: str) -> int:
+        """The sample priority of the request `key` (its source)."""
+        return request_priority(key, self.seed)
+
+    def add(self, row: int, priority: int, prompt_ids: np.ndarray, output_ids: np.ndarray) -> None:
+        """Offers request `row`'s ids, of sample priority `priority` (`self.priority(key)`)."""
         self.seen += 1
-        priority = request_priority(key, self.seed)
         if priority >= self._threshold:
             return
         # Copies: the ids may be views of a whole batch's, which the sample must not keep alive.
         self._inputs.append((prompt_ids.copy(), output_ids.copy()))
         self._stored(row, priority, len(prompt_ids) + len(output_ids))
+
+    def skip(self, count: int) -> None:
+        """Counts `count` requests offered with a priority at or above `bound`: never kept, not added."""
+        self.seen += count
 
     def absorb(self, other: ReplaySample, row_offset: int) -> None:
         """Appends the requests of `other`, whose rows follow this sample's: the sample one pass gives."""
@@ -346,8 +354,12 @@ class SamplingCounts:
     def __init__(self) -> None:
         self.counts: Counter[tuple[float | None, int | None, bool]] = Counter()
 
-    def add(self, params: SamplingParams) -> None:
-        self.counts[(params.temperature, params.top_k, params.top_p is not None)] += 1
+    @classmethod
+    def of(cls, params: Iterable[SamplingParams]) -> SamplingCounts:
+        """The counts of these settings (a batch's, counted where it is measured)."""
+        counts = cls()
+        counts.counts.update((p.temperature, p.top_k, p.top_p is not None) for p in params)
+        return counts
 
     def absorb(self, other: SamplingCounts) -> None:
         self.counts.update(other.counts)
