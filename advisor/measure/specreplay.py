@@ -220,7 +220,8 @@ def replay_config(
     threads: int = 1,
     replicas: np.ndarray | None = None,
 ) -> SpecReplay:
-    """Replays exactly this `--speculative-config` over `requests` (in arrival order; ngram on `threads`).
+    """Replays exactly this `--speculative-config` over `requests` (in arrival order; ngram, and suffix's
+    replicas, on `threads`).
 
     ngram: at most `max_requests` requests, a seeded uniform sample (requests are independent).
     suffix: requests depend on earlier outputs (the global tree), so a log above `suffix_token_budget`
@@ -231,7 +232,7 @@ def replay_config(
     k = config["num_speculative_tokens"]
     if config["method"] == "suffix":
         all_counters, all_per_pos, sampling = _suffix_counters(config, [k], requests, max_model_len,
-                                                               suffix_token_budget, seed, replicas)
+                                                               suffix_token_budget, seed, replicas, threads)
         counters, per_pos = all_counters[:, 0], all_per_pos[0]
     else:
         chosen = sample_indices(len(requests), max_requests, seed)
@@ -258,7 +259,8 @@ def sweep(
 ) -> ReplaySweep:
     """ngram for every window x k (one replay pass, on `threads` threads) and suffix (vLLM defaults) for
     every k of `suffix_ks` (default: `ks`; one pass, so adding vLLM's default k=24 here costs little more
-    than one k; one global tree per replica of `replicas`, as in `replay_config`)."""
+    than one k; one global tree per replica of `replicas`, as in `replay_config`, the replicas on `threads`
+    threads)."""
     ks = tuple(ks)
     windows = tuple(windows)
     chosen = sample_indices(len(requests), max_requests, seed)
@@ -270,7 +272,7 @@ def sweep(
             base = normalize_config({"method": "suffix"})
             chosen_ks = ks if suffix_ks is None else tuple(suffix_ks)
             suffix_job = worker.submit(_suffix_counters, base, chosen_ks, requests, max_model_len,
-                                       suffix_token_budget, seed, replicas)
+                                       suffix_token_budget, seed, replicas, threads)
         counters, per_pos = ngram.replay_ngram(picked, windows, ks, max_model_len, threads)
         for w, (low, high) in enumerate(windows):
             for ki, k in enumerate(ks):
@@ -311,21 +313,22 @@ def kv_footprint(
 
 def _suffix_counters(
     config: dict, ks: Sequence[int], requests: Sequence[TokenizedRequest], max_model_len: int | None,
-    token_budget: int | None, seed: int, replicas: np.ndarray | None = None,
+    token_budget: int | None, seed: int, replicas: np.ndarray | None = None, threads: int = 1,
 ) -> tuple[np.ndarray, np.ndarray, str]:
     """Suffix replay over `suffix_window`; counters of the requests it speculates for, and a note.
 
     `replicas[i]`: the replica serving request i (advisor.measure.routing; None: one). Each replica has its
-    own global tree of its own requests' outputs, so the window's requests replay per replica and the
-    counters add (rows stay in request order)."""
+    own global tree of its own requests' outputs, so the window's requests replay per replica (on `threads`
+    threads: the compiled replay releases the GIL) and the counters add (rows stay in request order)."""
     start, stop, first = suffix_window(requests, token_budget, seed)
     window = np.arange(start, stop)
     groups = [window] if replicas is None else [window[replicas[start:stop] == r]
                                                for r in np.unique(replicas[start:stop])]
     counters = np.zeros((stop - start, len(ks), ngram.COUNTER_COLUMNS), dtype=np.int64)
     per_pos = np.zeros((len(ks), max(ks)), dtype=np.int64)
-    for rows in groups:
-        replica_counters, replica_per_pos = suffix.replay_suffix(
+
+    def replay(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return suffix.replay_suffix(
             [requests[i] for i in rows],
             ks,
             max_tree_depth=config["suffix_decoding_max_tree_depth"],
@@ -335,6 +338,10 @@ def _suffix_counters(
             max_model_len=max_model_len,
             speculate_for=np.flatnonzero(rows >= first),
         )
+
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(groups)))) as pool:
+        results = list(pool.map(replay, groups))
+    for rows, (replica_counters, replica_per_pos) in zip(groups, results):
         counters[rows - start] = replica_counters
         per_pos += replica_per_pos
     if stop - start == len(requests):
