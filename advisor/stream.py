@@ -444,10 +444,10 @@ def collect_batch(measured: MeasuredBatch, out: Collected) -> None:
         out.overlap_with_context.extend(measured.with_context)
         positions, hits = counts[:, 0, 3], counts[:, 1, 3]
         shares4[counted] = np.divide(hits, positions, out=np.full(counted.size, np.nan), where=positions != 0)
-        offered = facts.replay_priorities < out.replay.bound  # the others are never kept
-        out.replay.skip(int(counted.size - np.count_nonzero(offered)))
-        for index, priority in zip(counted[offered].tolist(), facts.replay_priorities[offered].tolist()):
-            out.replay.add(first + index, priority, measured.prompt(index), measured.output(index))
+        candidate = facts.replay_priorities < out.replay.bound  # the others are never kept
+        indices = counted[candidate].tolist()
+        out.replay.add_many([first + index for index in indices], facts.replay_priorities[candidate].tolist(),
+                            [(measured.prompt(index), measured.output(index)) for index in indices], counted.size)
     out._timestamps.extend(facts.timestamps)
     out._input_lens.extend(measured.input_lens)
     out._output_lens.extend(measured.output_lens)
@@ -462,29 +462,26 @@ def collect_batch(measured: MeasuredBatch, out: Collected) -> None:
 
 
 def _collect_chains(measured: MeasuredBatch, store: state.ChainStore, first: int) -> None:
-    """Offers each request's block chain to the store in row order: those hashed ahead (`measured.hashed_rows`)
-    that the store may keep now, None for the others (the store drops them), a trace's logged ones."""
+    """Offers the batch's block chains to the store at once: those hashed ahead (`measured.hashed_rows`) that
+    the store may keep now and a trace's logged ones, in row order; the others only count as offered."""
     block_size = measured.block_size
     priorities = measured.facts.chain_priorities.tolist()
     prompt_lens = measured.prompt_lens.tolist()
     offsets = measured.hashed_offsets.tolist()
     bound = store.bound
-    chains: dict[int, prefix.PrefixBlocks] = {}
-    for k, index in enumerate(measured.hashed_rows.tolist()):
-        if priorities[index] < bound:
-            tokens = prompt_lens[index]
-            chains[index] = prefix.PrefixBlocks(tokens, tokens // block_size,
-                                                measured.hashed_blocks[offsets[k]:offsets[k + 1]])
-    traced = iter(measured.traced)
-    pending = next(traced, None)
-    for index in np.flatnonzero(measured.prompt_lens >= 0).tolist():
-        while pending is not None and pending[0] < index:
-            store.add(first + pending[0], priorities[pending[0]], pending[1], pending[2])
-            pending = next(traced, None)
-        store.add(first + index, priorities[index], chains.get(index), block_size)
-    while pending is not None:
-        store.add(first + pending[0], priorities[pending[0]], pending[1], pending[2])
-        pending = next(traced, None)
+    candidates: list[tuple[int, prefix.PrefixBlocks]] = [
+        (index, prefix.PrefixBlocks(prompt_lens[index], prompt_lens[index] // block_size,
+                                    measured.hashed_blocks[offsets[k]:offsets[k + 1]]))
+        for k, index in enumerate(measured.hashed_rows.tolist()) if priorities[index] < bound
+    ]
+    tokenized = int(np.count_nonzero(measured.prompt_lens >= 0))
+    block_sizes = {block_size} if tokenized else set()
+    if measured.traced:
+        candidates = sorted(candidates + [(index, chain) for index, chain, _ in measured.traced],
+                            key=lambda item: item[0])
+        block_sizes.update(size for _, _, size in measured.traced)
+    store.add_many([first + index for index, _ in candidates], [priorities[index] for index, _ in candidates],
+                   [chain for _, chain in candidates], tokenized + len(measured.traced), block_sizes)
 
 
 Job = list[Request] | ingest.LineChunk  # a batch of requests, or a chunk of a file's raw lines

@@ -6,7 +6,7 @@
 # .benchdata/*.xz (xz -c ../shared/data/NAME > .benchdata/NAME.xz); both are ignored paths the call carries.
 #
 # Usage (from the repository root): bash scripts/bench_host.sh STEP [STEP...], steps run in order:
-#   setup            install .whl into /tmp/site, unpack .benchdata into /tmp/data, compile numba's cache
+#   setup            install .whl into /tmp/site (unless the Python has them), unpack .benchdata into /tmp/data, compile numba's cache
 #                    with one small run (the first run of a fresh machine pays the compilation)
 #   make:SIZE        /tmp/big_SIZE.jsonl from the real logs (scripts/make_big_log.py --size SIZE)
 #   cores:LOG:W      scripts/bench_profile.py LOG --runs default --workers W (W: a comma list)
@@ -25,12 +25,14 @@ for step in "$@"; do
     echo "== $step ($(date -u +%FT%TZ), load $(cut -d' ' -f1 /proc/loadavg), $(nproc) cores)" | tee -a "$out/bench_host.txt"
     case $name in
         setup)
-            $python -m pip install --quiet --no-index --no-deps --target /tmp/site .whl/*.whl
+            $python -c 'import orjson, llama_models' 2>/dev/null ||
+                $python -m pip install --quiet --no-index --no-deps --target /tmp/site .whl/*.whl
             mkdir -p /tmp/data
             for packed in .benchdata/*.xz; do xz -dc "$packed" > "/tmp/data/$(basename "$packed" .xz)"; done
-            $python -c 'import sys; from advisor.cli import main; sys.exit(main())' \
-                /tmp/data/sharegpt_v3_subset.json /tmp/data/mooncake_conversation_trace.jsonl \
-                --no-progress -o /tmp/warm.json > /dev/null
+            for warm in sharegpt_v3_subset.json mooncake_conversation_trace.jsonl; do
+                $python -c 'import sys; from advisor.cli import main; sys.exit(main())' "/tmp/data/$warm" \
+                    --no-progress -o /tmp/warm.json > /dev/null
+            done
             ;;
         make)
             $python scripts/make_big_log.py "/tmp/big_$arg1.jsonl" --size "$arg1" \

@@ -339,6 +339,22 @@ def test_samples_depend_on_the_set_of_requests_only(seed):
     random.Random(seed).shuffle(shuffled)
     assert set(_store(shuffled, 2_000).rows.values.tolist()) == set(single_store.rows.values.tolist())
     assert set(_sample(shuffled, 2_000).rows.tolist()) == set(single_sample.rows.tolist())
+    # Offered a batch at a time (the threshold not lowered within a batch, the collection's way): the same.
+    batched_store, batched_sample = state.ChainStore(2_000, 5), state.ReplaySample(2_000, 5)
+    rng, start = random.Random(seed), 0
+    while start < len(offers):
+        batch = offers[start:start + rng.randrange(1, 300)]
+        start += len(batch)
+        batched_store.add_many([row for row, _, _ in batch], [batched_store.priority(key) for _, key, _ in batch],
+                               [_chain(size, row) for row, _, size in batch], len(batch), {16})
+        batched_sample.add_many([row for row, _, _ in batch],
+                                [batched_sample.priority(f"{key}:{row}") for row, key, _ in batch],
+                                [(np.full(size, row, np.int32), np.zeros(1, np.int32)) for row, _, size in batch],
+                                len(batch))
+    np.testing.assert_array_equal(batched_store.rows.values, single_store.rows.values)
+    np.testing.assert_array_equal(batched_store.blocks.values, single_store.blocks.values)
+    assert batched_store.offered == single_store.offered and batched_sample.seen == single_sample.seen
+    np.testing.assert_array_equal(batched_sample.rows, single_sample.rows)
 
 
 def test_collected_absorb_equals_one_pass(real_file):

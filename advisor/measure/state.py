@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 from collections import Counter, OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -43,12 +43,6 @@ class Column:
         self._reserve(end)
         self._data[self.size : end] = values
         self.size = end
-
-    def append(self, value: float) -> None:
-        """One value: without the array `extend` makes of it (the samples append per kept item)."""
-        self._reserve(self.size + 1)
-        self._data[self.size] = value
-        self.size += 1
 
     def _reserve(self, end: int) -> None:
         if end > self._data.size:
@@ -116,12 +110,19 @@ class _PrioritySample:
         self.weights = Column(np.int64)
         self.weight = 0  # of the stored items
 
-    def _stored(self, row: int, priority: int, weight: int) -> None:
-        """Records the item just stored; compacts when the budget is passed."""
-        self._rows.append(row)
-        self.priorities.append(priority)
-        self.weights.append(weight)
-        self.weight += weight
+    def _kept(self, priorities: Sequence[int]) -> list[int]:
+        """Which of a batch's offered items (their priorities) to store: those below the threshold."""
+        threshold = self._threshold
+        return [k for k, priority in enumerate(priorities) if priority < threshold]
+
+    def _stored(self, rows: list[int], priorities: list[int], weights: list[int]) -> None:
+        """Records the items just stored (a batch's); compacts when the budget is passed. The threshold was
+        not lowered within the batch: that stores a few more items, never other ones (see
+        `priority_threshold`), and the batch's items go in as arrays."""
+        self._rows.extend(rows)
+        self.priorities.extend(priorities)
+        self.weights.extend(weights)
+        self.weight += sum(weights)
         self._settled = False
         if self.weight > self.budget:
             self._settle()
@@ -206,15 +207,24 @@ class ChainStore(_PrioritySample):
     def add(self, row: int, priority: int, chain: PrefixBlocks | None, block_size: int) -> None:
         """Offers the chain of request `row`, of sample priority `priority` (`self.priority(key)`); `chain` may
         be None only when the priority is at or above `bound` (see _PrioritySample)."""
-        self.offered += 1
-        self.block_sizes.add(block_size)
-        if priority >= self._threshold:
+        self.add_many([row], [priority], [chain], 1, (block_size,))
+
+    def add_many(self, rows: list[int], priorities: list[int], chains: Sequence[PrefixBlocks | None], offered: int,
+                 block_sizes: Iterable[int]) -> None:
+        """Offers `offered` chains at once (a batch's, of `block_sizes`), of which only these (request rows in
+        order, priorities, chains) may be kept: the others' priorities are at or above `bound`. A chain may
+        be None where its priority is too."""
+        self.offered += offered
+        self.block_sizes.update(block_sizes)
+        keep = self._kept(priorities)
+        if not keep:
             return
-        assert chain is not None, "a chain the sample keeps"
-        self.blocks.extend(chain.chain)
-        self.prompt_blocks.append(chain.prompt_blocks)
-        self.prompt_tokens.append(chain.prompt_tokens)
-        self._stored(row, priority, chain.chain.size)
+        kept = [chains[k] for k in keep]
+        assert all(chain is not None for chain in kept), "a chain the sample keeps"
+        self.blocks.extend(np.concatenate([chain.chain for chain in kept]))
+        self.prompt_blocks.extend([chain.prompt_blocks for chain in kept])
+        self.prompt_tokens.extend([chain.prompt_tokens for chain in kept])
+        self._stored([rows[k] for k in keep], [priorities[k] for k in keep], [chain.chain.size for chain in kept])
 
     def absorb(self, other: ChainStore, row_offset: int) -> None:
         """Appends the chains of `other`, whose rows follow this store's (shifted by `row_offset`): the result
@@ -283,16 +293,21 @@ class ReplaySample(_PrioritySample):
 
     def add(self, row: int, priority: int, prompt_ids: np.ndarray, output_ids: np.ndarray) -> None:
         """Offers request `row`'s ids, of sample priority `priority` (`self.priority(key)`)."""
-        self.seen += 1
-        if priority >= self._threshold:
+        self.add_many([row], [priority], [(prompt_ids, output_ids)], 1)
+
+    def add_many(self, rows: list[int], priorities: list[int], inputs: list[tuple[np.ndarray, np.ndarray]],
+                 offered: int) -> None:
+        """Offers `offered` requests at once (a batch's), of which only these (rows in order, priorities,
+        (prompt ids, output ids)) may be kept: the others' priorities are at or above `bound`."""
+        self.seen += offered
+        keep = self._kept(priorities)
+        if not keep:
             return
         # Copies: the ids may be views of a whole batch's, which the sample must not keep alive.
-        self._inputs.append((prompt_ids.copy(), output_ids.copy()))
-        self._stored(row, priority, len(prompt_ids) + len(output_ids))
-
-    def skip(self, count: int) -> None:
-        """Counts `count` requests offered with a priority at or above `bound`: never kept, not added."""
-        self.seen += count
+        kept = [(inputs[k][0].copy(), inputs[k][1].copy()) for k in keep]
+        self._inputs.extend(kept)
+        self._stored([rows[k] for k in keep], [priorities[k] for k in keep],
+                     [prompt.size + output.size for prompt, output in kept])
 
     def absorb(self, other: ReplaySample, row_offset: int) -> None:
         """Appends the requests of `other`, whose rows follow this sample's: the sample one pass gives."""
