@@ -24,13 +24,14 @@ tokenizer and piece cache, its share of the context budget, one chunk's outputs.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import multiprocessing
 import queue
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 
 BATCH_REQUESTS = 256
 OVERLAP_MAX_N = 5
+OVERLAP_VALUES = 3 * OVERLAP_MAX_N  # per counted request, see overlap.overlap_counts
 # Replays keep token ids in memory; beyond this many tokens the replay inputs are sampled (seeded reservoir).
 REPLAY_TOKEN_BUDGET = 12_000_000
 # Block chains kept for the prefix analysis and the APC replay (8 bytes a block; the analyses' working
@@ -54,6 +56,7 @@ PREFIX_BLOCK_BUDGET = 3_000_000
 # Earlier outputs of live conversations kept for the overlap's conversation context (4 bytes a token).
 CONTEXT_TOKEN_BUDGET = 4_000_000
 IN_FLIGHT_PER_WORKER = 2  # batches sent ahead of the one being collected
+RECOUNTS_PENDING = 256  # overlap counts of crossing conversations computed ahead of their collection (_Crossings)
 
 Progress = Callable[[int], None]
 
@@ -532,17 +535,19 @@ def collect(parts: Iterable[Request | ingest.LineChunk], options: StreamOptions,
         finally:
             encoder.shutdown(cancel_futures=True)
     else:
-        crossings = _Crossings(ingest.IngestStats() if stats is None else stats)
-        with _WorkerPool(workers, options, tokenizer_state, strict) as pool:
+        crossings = _Crossings(ingest.IngestStats() if stats is None else stats, max(1, workers // 4))
+        with _WorkerPool(workers, options, tokenizer_state, strict) as pool, crossings:
             for job, result in pool.map(_batches(parts), lambda: out.store.bound):
                 if isinstance(result, MeasuredChunk):
-                    crossings.absorb(job, result)  # type: ignore[arg-type]
+                    crossings.absorb(job, result, out)  # type: ignore[arg-type]
                     measured = result.measured
                 else:
                     measured = result
                 collect_batch(measured, out)
+                crossings.settle(out, RECOUNTS_PENDING)
                 if progress:
                     progress(measured.size)
+            crossings.settle(out, 0)
     # The whole-log analyses that follow need the memory more than the piece cache does.
     if "request_tokenizer" in tokenizer_state:
         tokenizer_state["request_tokenizer"].clear_cache()
@@ -564,20 +569,31 @@ class _Crossings:
     context: the chunk's results hold those outputs anyway). This keeps the serial run's context (the same
     LRU, the same budget, the same calls in the same order): where its earlier outputs of a conversation are
     not exactly the ones the chunk had before the request (more: the conversation began before the chunk;
-    fewer: the LRU dropped it), the counts are computed again here with the serial context's outputs. The
-    context only grows from chunks: with other formats in the same run, their conversations stay in the
-    workers' own contexts (a conversation id is taken to belong to one file's format).
+    fewer: the LRU dropped it), the counts are computed again with the serial context's outputs, on
+    `threads` threads (the compiled count releases the GIL: the main process, the one that does not spread,
+    goes on) and written into the collection once it holds the chunk (`settle`). The context only grows
+    from chunks: with other formats in the same run, their conversations stay in the workers' own contexts
+    (a conversation id is taken to belong to one file's format).
     """
 
-    def __init__(self, stats: ingest.IngestStats):
+    def __init__(self, stats: ingest.IngestStats, threads: int):
         self.stats = stats
         self.context = state.ContextOutputs(CONTEXT_TOKEN_BUDGET)
-        self.recomputed = 0
         self._file_first_problem = 0
         self._file_requests = 0
         self._file_bad = 0
+        self._counter = ThreadPoolExecutor(max_workers=threads)
+        # (the request's place among the collection's counted requests, its row, its counts being computed)
+        self._recounts: collections.deque[tuple[int, int, Future[np.ndarray]]] = collections.deque()
 
-    def absorb(self, chunk: ingest.LineChunk, result: MeasuredChunk) -> None:
+    def __enter__(self) -> _Crossings:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._counter.shutdown(cancel_futures=True)
+
+    def absorb(self, chunk: ingest.LineChunk, result: MeasuredChunk, out: Collected) -> None:
+        """Takes the chunk's stats and context before `collect_batch` collects it into `out`."""
         if chunk.first:
             self._file_first_problem = len(self.stats.problems)
             self._file_requests = self._file_bad = 0
@@ -590,6 +606,7 @@ class _Crossings:
                                           self.stats.problems[first:first + ingest.MAX_SHOWN])
         in_chunk: dict[str, int] = {}
         measured = result.measured
+        counted_before = out.overlap_counts.size // OVERLAP_VALUES
         for k, index in enumerate(measured.counted.tolist()):
             conversation = measured.facts.conversations[k]
             if conversation is None:
@@ -598,11 +615,19 @@ class _Crossings:
             seen = in_chunk.get(conversation, 0)
             output = measured.output(index)
             if len(earlier) != seen:
-                measured.overlap_counts[k] = overlap.overlap_counts(measured.prompt(index), output, earlier,
-                                                                    OVERLAP_MAX_N)
-                self.recomputed += 1
+                self._recounts.append((counted_before + k, out.rows + index, self._counter.submit(
+                    overlap.overlap_counts, measured.prompt(index), output, earlier, OVERLAP_MAX_N)))
             in_chunk[conversation] = seen + 1
             self.context.add(conversation, output.copy())
+
+    def settle(self, out: Collected, pending: int) -> None:
+        """Writes the recomputed counts into `out` (whose chunks hold their requests) until at most `pending`
+        are left (they hold their chunk's ids)."""
+        while len(self._recounts) > pending:
+            place, row, job = self._recounts.popleft()
+            counts = job.result()
+            out.overlap_counts.values[place * OVERLAP_VALUES:(place + 1) * OVERLAP_VALUES] = counts.ravel()
+            out.overlap4[row] = counts[1, 3] / counts[0, 3] if counts[0, 3] else np.nan
 
 
 def _measure_chunk(chunk: ingest.LineChunk, options: StreamOptions, strict: bool,

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -412,11 +411,9 @@ def apc_report(
     fractions: Sequence[float] = CURVE_FRACTIONS,
     footprint: tuple[np.ndarray, np.ndarray] | None = None,
     replicas: np.ndarray | None = None,
-    threads: int = 1,
 ) -> ApcReport:
     """Ceiling (infinite cache), hit rate at `capacity` blocks, and the curve at `fractions` of the blocks
-    the ceiling needs (plus `capacity` itself when given), the capacities on `threads` threads; `footprint`
-    as in `simulate_apc`.
+    the ceiling needs (plus `capacity` itself when given); `footprint` as in `simulate_apc`.
 
     `replicas[i]` is the replica serving request i (advisor.measure.routing; None: one). Each replica is a
     vLLM server with its own cache of `capacity` blocks that sees only its own requests: the replays run per
@@ -438,13 +435,12 @@ def apc_report(
         return _combined(runs, len(requests), block_size), max(touched for _, _, touched in runs)
 
     ceiling, needed = run(None)
+    at_capacity = run(capacity)[0] if capacity is not None else None
     sizes = sorted({max(1, int(round(needed * f))) for f in fractions} | ({capacity} if capacity else set()))
-    # The capacities replay independently; the compiled replay releases the GIL, so they run side by side.
-    wanted = sorted(set(sizes) | ({capacity} if capacity is not None else set()))
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        results = dict(zip(wanted, pool.map(lambda size: run(size)[0], wanted)))
-    at_capacity = results[capacity] if capacity is not None else None
-    curve = [CurvePoint(size, results[size].hit_rate) for size in sizes]
+    curve = []
+    for size in sizes:
+        result = at_capacity if at_capacity is not None and size == capacity else run(size)[0]
+        curve.append(CurvePoint(size, result.hit_rate))
     saved = (at_capacity or ceiling).hit_tokens
     return ApcReport(at_capacity, ceiling, int(needed), tuple(curve), saved)
 
