@@ -445,8 +445,7 @@ def collect_batch(measured: MeasuredBatch, out: Collected) -> None:
         counts = measured.overlap_counts
         out.overlap_counts.extend(counts.ravel())
         out.overlap_with_context.extend(measured.with_context)
-        positions, hits = counts[:, 0, 3], counts[:, 1, 3]
-        shares4[counted] = np.divide(hits, positions, out=np.full(counted.size, np.nan), where=positions != 0)
+        shares4[counted] = _shares4(counts)
         candidate = facts.replay_priorities < out.replay.bound  # the others are never kept
         indices = counted[candidate].tolist()
         out.replay.add_many([first + index for index in indices], facts.replay_priorities[candidate].tolist(),
@@ -462,6 +461,13 @@ def collect_batch(measured: MeasuredBatch, out: Collected) -> None:
     out._replica_labels.extend(renumber[facts.replica_labels])
     out._affinities.extend(facts.affinities)
     out.rows += measured.size
+
+
+def _shares4(counts: np.ndarray) -> np.ndarray:
+    """Per request of `counts` (k x 3 x OVERLAP_MAX_N): the share of its output's 4-grams found in the
+    prompt (NaN for an output shorter than 4 tokens)."""
+    positions, hits = counts[:, 0, 3], counts[:, 1, 3]
+    return np.divide(hits, positions, out=np.full(positions.size, np.nan), where=positions != 0)
 
 
 def _collect_chains(measured: MeasuredBatch, store: state.ChainStore, first: int) -> None:
@@ -627,7 +633,7 @@ class _Crossings:
             place, row, job = self._recounts.popleft()
             counts = job.result()
             out.overlap_counts.values[place * OVERLAP_VALUES:(place + 1) * OVERLAP_VALUES] = counts.ravel()
-            out.overlap4[row] = counts[1, 3] / counts[0, 3] if counts[0, 3] else np.nan
+            out.overlap4[row] = _shares4(counts[None])[0]
 
 
 def _measure_chunk(chunk: ingest.LineChunk, options: StreamOptions, strict: bool,

@@ -127,20 +127,26 @@ def test_workers_parse_json_lines_as_one_process(real_file, tmp_path, fmt):
         assert serial["routing"]["policy"] == "log" and len(serial["routing"]["names"]) == 3
 
 
-def test_workers_hash_the_chains_the_sampled_store_keeps(real_file, tmp_path, monkeypatch):
-    """Past the budgets, workers hash the chains below the store's bound when each job was sent (a superset of
-    what it keeps, the bound only falling) and the replay sample skips what it never keeps: the same samples
-    as one process, whose bound is exact."""
+def _collected_both_ways(real_file, tmp_path):
+    """(path, options, serial Collected, 2-worker Collected, the workers' ingest stats) of a real chat log."""
     from advisor.ingest import read_parts, read_requests
 
-    monkeypatch.setattr(stream, "PREFIX_BLOCK_BUDGET", 3_000)
-    monkeypatch.setattr(stream, "REPLAY_TOKEN_BUDGET", 60_000)
     path = tmp_path / "chat.jsonl"
     _chat_log(real_file, path, {})
     options = stream.StreamOptions(tokenizer=None, model=None, block_size=16, hash_block_size=512, seed=0)
     serial = stream.collect(read_requests([str(path)]), options, {})
     stats = IngestStats()
     parallel = stream.collect(read_parts([str(path)], stats=stats), options, {}, workers=2, stats=stats)
+    return path, options, serial, parallel, stats
+
+
+def test_workers_hash_the_chains_the_sampled_store_keeps(real_file, tmp_path, monkeypatch):
+    """Past the budgets, workers hash the chains below the store's bound when each job was sent (a superset of
+    what it keeps, the bound only falling) and the replay sample skips what it never keeps: the same samples
+    as one process, whose bound is exact."""
+    monkeypatch.setattr(stream, "PREFIX_BLOCK_BUDGET", 3_000)
+    monkeypatch.setattr(stream, "REPLAY_TOKEN_BUDGET", 60_000)
+    _, _, serial, parallel, _ = _collected_both_ways(real_file, tmp_path)
     assert serial.store.sampled and len(serial.replay_inputs) < serial.replay_seen == parallel.replay_seen
     for mine, theirs in ((parallel.store.rows, serial.store.rows), (parallel.store.blocks, serial.store.blocks)):
         np.testing.assert_array_equal(mine.values, theirs.values)
@@ -154,15 +160,9 @@ def test_workers_recompute_the_overlaps_that_cross_chunks(real_file, tmp_path):
     from what the chunk alone gives: the test would catch counts left as the worker found them)."""
     from advisor.ingest import read_parts
 
-    path = tmp_path / "chat.jsonl"
-    _chat_log(real_file, path, {})
-    options = stream.StreamOptions(tokenizer=None, model=None, block_size=16, hash_block_size=512, seed=0)
-    from advisor.ingest import read_requests
-
-    serial = stream.collect(read_requests([str(path)]), options, {})
-    stats = IngestStats()
-    parallel = stream.collect(read_parts([str(path)], stats=stats), options, {}, workers=2, stats=stats)
+    path, options, serial, parallel, stats = _collected_both_ways(real_file, tmp_path)
     np.testing.assert_array_equal(parallel.overlap_counts.values, serial.overlap_counts.values)
+    np.testing.assert_array_equal(parallel.overlap4, serial.overlap4)
     np.testing.assert_array_equal(parallel.overlap_with_context.values, serial.overlap_with_context.values)
     assert stats.requests == serial.rows
     # Each chunk alone (one process per chunk, no earlier outputs) gives other counts at the chunks' seams.
