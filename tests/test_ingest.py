@@ -258,3 +258,36 @@ def test_urls_and_globs_read_like_local_paths(tmp_path):
         list(read_requests([f"file://{tmp_path}/missing.jsonl"]))
     with pytest.raises(InputError, match="cannot be read"):
         list(read_requests(["nosuchprotocol://bucket/x.jsonl"]))
+
+
+def test_raw_json_records_match_the_decoding_path() -> None:
+    """The bytes fast path (orjson on the raw line) gives the records, counts and problems of decoding
+    each line first, on every kind of line the reader meets."""
+    lines = [
+        b'\xef\xbb\xbf{"first": "with a byte-order mark"}\n',
+        b'{"a": 1}\n', b"\n", b"   \t\r\n", b"\x0b\x0c\n", b"",
+        b'\xef\xbb\xbf{"bom": "not on line 1"}\n',
+        b'{"text": "caf\xc3\xa9 \xe2\x82\xac"}\n',
+        b'{"bad": "\xff\xfe"}\n',
+        b'{"surrogate": "\xed\xa0\x80"}\n',
+        b'{"escaped": "\\ud800"}\n',
+        b'{"caf\xc3\xa9": 1,,}\n',
+        b'{"nan": NaN}\n',
+        b"[1, 2, 3]\r\n",
+        b'"a string"',
+        ingest_io.LongLine(5_000_000),
+        b'{"after": "the long line"}\n',
+        ingest_io.StreamCut("cut after line 17"),
+    ]
+    numbered = list(enumerate(lines, start=1))
+
+    def run(read) -> tuple[list, IngestStats]:
+        stats = IngestStats()
+        sink = ingest_io.Sink("log.jsonl", stats, False)
+        return list(read(numbered, sink)), stats
+
+    fast, fast_stats = run(ingest_io.raw_json_records)
+    slow, slow_stats = run(lambda raw, sink: ingest_io.json_records(ingest_io.decoded_lines(raw, sink), sink))
+    assert fast == slow
+    assert fast_stats == slow_stats
+    assert slow_stats.records_read == 13 and len(slow) == 6  # the test would be empty if the lines were not read

@@ -21,8 +21,8 @@ import orjson
 from advisor.errors import InputError
 from advisor.ingest import (aider, bench_custom, csv_traces, mooncake, openai, openai_batch, otel, sharegpt, swe_agent,
                             vllm_log)
-from advisor.ingest._io import (SNIFF_BYTES, UTF8_BOM, IngestStats, RawLine, Sink, Source, decoded_lines, head_records,
-                                import_fsspec, is_url, json_records, raw_lines)
+from advisor.ingest._io import (SNIFF_BYTES, UTF8_BOM, IngestStats, RawLine, Sink, Source, head_records,
+                                import_fsspec, is_url, raw_json_records, raw_lines)
 from advisor.record import Request
 
 # Skipped-record messages shown with the error of a file that gave no request.
@@ -267,7 +267,7 @@ def parse_chunk(chunk: LineChunk, strict: bool, hash_block_size: int) -> ParsedC
     stats = IngestStats()
     sink = Sink(chunk.name, stats, strict)
     requests = []
-    records = json_records(decoded_lines(chunk.lines, sink), sink)
+    records = raw_json_records(chunk.lines, sink)
     for request in LINE_READERS[chunk.fmt](records, chunk.name, sink, hash_block_size):
         stats.requests += 1
         _count_used(sink, request.source)

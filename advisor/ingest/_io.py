@@ -425,15 +425,45 @@ def json_records(lines: Iterable[tuple[int, str]], sink: Sink) -> Iterator[tuple
         try:
             yield number, orjson.loads(text)
         except orjson.JSONDecodeError as exc:
-            # The column within the line (the trailing newline would make orjson count a line 2); never
-            # the offending text, which may be private.
-            column = min(exc.pos, len(text.rstrip("\r\n"))) + 1
-            sink.bad(number, BadRecord("invalid JSON", f"{exc.msg} at column {column}"))
+            _bad_json(number, text, exc, sink)
+
+
+def _bad_json(number: int, text: str, exc: orjson.JSONDecodeError, sink: Sink) -> None:
+    # The column within the line (the trailing newline would make orjson count a line 2); never the
+    # offending text, which may be private.
+    column = min(exc.pos, len(text.rstrip("\r\n"))) + 1
+    sink.bad(number, BadRecord("invalid JSON", f"{exc.msg} at column {column}"))
+
+
+def raw_json_records(lines: Iterable[RawLine], sink: Sink) -> Iterator[tuple[int, Any]]:
+    """`json_records(decoded_lines(lines, sink), sink)`, parsing each line's bytes as they are: orjson checks
+    the UTF-8 itself, so a good line is not decoded into a str first (nor copied by a blank-line strip). A
+    line orjson refuses takes the decoding path, which reports it as that path does (invalid UTF-8 at its
+    byte, or invalid JSON at its character column)."""
+    stats = sink.stats
+    loads = orjson.loads
+    for number, raw in lines:
+        if type(raw) is not bytes or (number == 1 and raw.startswith(UTF8_BOM)):
+            text = decode_line(number, raw, sink)  # a note, an over-long line, a byte-order mark
+            if text is not None:
+                yield from json_records(((number, text),), sink)
+            continue
+        if not raw or raw.isspace():  # blank: what `raw.strip()` leaves empty (ASCII whitespace)
+            continue
+        try:
+            value = loads(raw)
+        except orjson.JSONDecodeError:
+            text = decode_line(number, raw, sink)  # counts the line itself when it is not UTF-8
+            if text is not None:
+                yield from json_records(((number, text),), sink)
+            continue
+        stats.records_read += 1
+        yield number, value
 
 
 def iter_json_lines(source: Source, sink: Sink) -> Iterator[tuple[int, Any]]:
     """Yields (line number, parsed JSON value) per non-blank line; counts every line in `records_read`."""
-    return json_records(iter_lines(source, sink), sink)
+    return raw_json_records(raw_lines(source), sink)
 
 
 def type_name(value: Any) -> str:

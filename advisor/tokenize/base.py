@@ -80,7 +80,8 @@ class Tokenizer(ABC):
         equals encoding the whole text (docs/tokenizers.md, "Piece cache"). Empty pieces are dropped.
         """
         pattern = self._special_pattern
-        if pattern is None or not any(first in text for first in self._special_firsts):
+        firsts = self._special_firsts
+        if pattern is None or not (firsts[0] in text if len(firsts) == 1 else any(first in text for first in firsts)):
             return [text] if text else []
         out: list[str | int] = []
         for index, part in enumerate(pattern.split(text)):
@@ -91,11 +92,11 @@ class Tokenizer(ABC):
         return out
 
     @cached_property
-    def _special_firsts(self) -> frozenset[str]:
+    def _special_firsts(self) -> tuple[str, ...]:
         # The first characters of the special-token names: a text with none of them holds no special token,
         # and one `in` test per character (one for Llama 3's "<|...|>") is far cheaper than the regex scan
         # (an empty name gives "", in every text: no shortcut).
-        return frozenset(name[:1] for name in self.special_ids)
+        return tuple(sorted({name[:1] for name in self.special_ids}))
 
     @cached_property
     def _special_pattern(self) -> re.Pattern[str] | None:

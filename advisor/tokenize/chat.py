@@ -180,17 +180,20 @@ class Llama31Segments:
         if not messages or any(m.role in _LLAMA31_TOOL_ROLES for m in messages):
             return None
         has_system = messages[0].role == "system"
-        header = ("header", messages[0].content if has_system else None)
-        return [header, *messages[1 if has_system else 0:], GENERATION_SEGMENT]
+        # Plain tuples, not the Messages: their hash is C's, where a Message's is a Python call, and the
+        # caches look each key up several times. A message's key is (role, content); the header's role
+        # place holds None, which no message's role is, and GENERATION_SEGMENT has one element.
+        header = (None, messages[0].content if has_system else None)
+        return [header, *[(m.role, m.content) for m in messages[1 if has_system else 0:]], GENERATION_SEGMENT]
 
     def render(self, key: Hashable) -> str:
         """The text of one segment (jinja's `trim` filter is str.strip)."""
         if key == GENERATION_SEGMENT:
             return _LLAMA31_GENERATION
-        if isinstance(key, Message):
-            return f"<|start_header_id|>{key.role}<|end_header_id|>\n\n{key.content.strip()}<|eot_id|>"
-        _, system = key  # type: ignore[misc]
-        return f"{self.bos_token}{_LLAMA31_HEADER}{system.strip() if system is not None else ''}<|eot_id|>"
+        role, content = key  # type: ignore[misc]
+        if role is not None:
+            return f"<|start_header_id|>{role}<|end_header_id|>\n\n{content.strip()}<|eot_id|>"
+        return f"{self.bos_token}{_LLAMA31_HEADER}{content.strip() if content is not None else ''}<|eot_id|>"
 
 
 def segmenter(source: str | None, variables: dict[str, str], special_names: Collection[str]) -> Llama31Segments | None:

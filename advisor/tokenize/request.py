@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from advisor.errors import TokenizerError
-from advisor.record import Message, Request
+from advisor.record import Request
 from advisor.tokenize.base import Tokenizer
 
 _ENTRY_OVERHEAD = 200  # bytes per cache entry beyond the str and the ids' data (dict slot, ndarray object)
@@ -101,8 +101,6 @@ def _key_bytes(key: Hashable) -> int:
     """Memory of a cache key: its strings as Python stores them (1 to 4 bytes a character)."""
     if isinstance(key, str):
         return sys.getsizeof(key)
-    if isinstance(key, Message):
-        return sys.getsizeof(key.role) + sys.getsizeof(key.content)
     return sum(sys.getsizeof(part) for part in key if isinstance(part, str))  # type: ignore[union-attr]
 
 
