@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from advisor.measure.ngram import ACCEPTED, DECODE_STEPS, DRAFT_TOKENS, DRAFTS
-from advisor.measure.specreplay import replay_config, suffix_window, sweep
+from advisor.measure.specreplay import _suffix_counters, _suffix_cuts, normalize_config, replay_config, suffix_window, sweep
 from advisor.measure.suffix import replay_suffix
 from suffix_reference import SuffixCache, SuffixTree, reference_replay
 
@@ -139,3 +139,26 @@ def test_sweep_suffix_ks_in_one_pass_match_single_configs():
     assert [r.config["num_speculative_tokens"] for r in suffixes] == [2, 24]
     single = replay_config({"method": "suffix"}, requests)
     assert suffixes[1].to_dict() == single.to_dict()
+
+
+@pytest.mark.parametrize("max_cached", [3, 10000, 0])
+def test_suffix_replay_in_pieces_equals_one_pass(max_cached):
+    """With threads, one replica's requests replay in pieces, each feeding the outputs before it to the
+    global tree first: the counters equal one pass, with FIFO evictions across pieces (max_cached 3), a
+    window whose first requests only warm the trees, and replicas."""
+    rng = np.random.default_rng(11)
+    requests = [(rng.integers(0, 5, int(rng.integers(1, 30))), rng.integers(0, 5, int(rng.integers(0, 40))))
+                for _ in range(60)]
+    config = normalize_config({"method": "suffix", "suffix_decoding_max_cached_requests": max_cached})
+    replicas = rng.integers(0, 2, len(requests))
+    for budget, groups in ((None, None), (1200, None), (1200, replicas)):
+        one = _suffix_counters(config, [1, 3, 24], requests, None, budget, 5, groups, threads=1)
+        assert one[0][:, :, ACCEPTED].sum() > 0
+        for threads in (2, 3, 8):
+            pieces = _suffix_counters(config, [1, 3, 24], requests, None, budget, 5, groups, threads=threads)
+            assert (pieces[0] == one[0]).all() and (pieces[1] == one[1]).all() and pieces[2] == one[2]
+    start, stop, first = suffix_window(requests, 1200, 5)
+    rows = np.arange(start, stop)
+    sizes = np.array([len(p) + len(o) for p, o in requests[start:stop]])
+    cuts = _suffix_cuts(rows, sizes, rows >= first, 3)
+    assert len(cuts) == 3 and cuts[0][0] == 0 and cuts[-1][1] == rows.size  # the test splits for real

@@ -34,6 +34,8 @@ SUFFIX_TOKEN_BUDGET = 300_000
 WINDOW_WARMUP_SHARE = 0.25  # of a window's requests only feed the trees, so later ones see a warm global tree
 BOOTSTRAP_RESAMPLES = 400
 SWEEP_KS = tuple(range(1, 9))
+# At most this many pieces of one replica's suffix replay run at once (`_suffix_cuts`).
+MAX_SUFFIX_PARTS = 8
 SWEEP_WINDOWS = ((1, 3), (2, 4), (3, 5), (5, 5))
 # Defaults of vLLM's SpeculativeConfig (vllm/config/speculative.py).
 SUFFIX_DEFAULTS = {
@@ -326,24 +328,28 @@ def _suffix_counters(
                                                for r in np.unique(replicas[start:stop])]
     counters = np.zeros((stop - start, len(ks), ngram.COUNTER_COLUMNS), dtype=np.int64)
     per_pos = np.zeros((len(ks), max(ks)), dtype=np.int64)
+    sizes = np.array([len(prompt) + len(output) for prompt, output in requests[start:stop]], dtype=np.int64)
+    parts = max(1, min(threads // len(groups), MAX_SUFFIX_PARTS))
+    jobs = [(rows, cut) for rows in groups for cut in _suffix_cuts(rows, sizes[rows - start], rows >= first, parts)]
 
-    def replay(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def replay(job: tuple[np.ndarray, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        rows, (begin, end) = job
         return suffix.replay_suffix(
-            [requests[i] for i in rows],
+            [requests[i] for i in rows[:end]],
             ks,
             max_tree_depth=config["suffix_decoding_max_tree_depth"],
             max_cached_requests=config["suffix_decoding_max_cached_requests"],
             max_spec_factor=float(config["suffix_decoding_max_spec_factor"]),
             min_token_prob=float(config["suffix_decoding_min_token_prob"]),
             max_model_len=max_model_len,
-            speculate_for=np.flatnonzero(rows >= first),
+            speculate_for=begin + np.flatnonzero(rows[begin:end] >= first),
         )
 
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(groups)))) as pool:
-        results = list(pool.map(replay, groups))
-    for rows, (replica_counters, replica_per_pos) in zip(groups, results):
-        counters[rows - start] = replica_counters
-        per_pos += replica_per_pos
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(jobs)))) as pool:
+        results = list(pool.map(replay, jobs))
+    for (rows, (begin, end)), (part_counters, part_per_pos) in zip(jobs, results):
+        counters[rows[begin:end] - start] = part_counters[begin:end]
+        per_pos += part_per_pos
     if stop - start == len(requests):
         note = "all requests"
     else:
@@ -352,6 +358,21 @@ def _suffix_counters(
     if len(groups) > 1:
         note += f"; one global suffix tree per replica ({len(groups)} replicas)"
     return counters[first - start :], per_pos, note
+
+
+def _suffix_cuts(rows: np.ndarray, sizes: np.ndarray, measured: np.ndarray, parts: int) -> list[tuple[int, int]]:
+    """[begin, end) positions in `rows` (one replica's requests, in order) of up to `parts` pieces of about
+    equal measured tokens, each replayed on its own: a piece's replay feeds the outputs of every request
+    before it to the global tree without speculating (what the kernel does for a request it does not
+    measure, the same tree operations in the same order), so the global tree each measured request sees,
+    and its counters, are those of one replay of all the rows. The feeding costs about a tenth of a full
+    replay, which the pieces pay again and again: hence a few pieces, not one per core."""
+    weights = np.where(measured, sizes, 0).cumsum()
+    if parts <= 1 or weights[-1] == 0:
+        return [(0, rows.size)]
+    ends = np.searchsorted(weights, weights[-1] * np.arange(1, parts) / parts, side="left") + 1
+    cuts = np.unique(np.concatenate(([0], ends, [rows.size])))
+    return list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
 
 
 def suffix_window(requests: Sequence[TokenizedRequest], token_budget: int | None, seed: int) -> tuple[int, int, int]:
