@@ -166,10 +166,9 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
     replica_of, split = routing.assign(np.array(c.replica_labels), tuple(c.replica_names), np.array(c.affinities),
                                        order, options.replicas, options.routing)
     chains = _prefix_chains(c, order, options, disabled)
-    # The prefix analysis and the APC replay (compiled, it releases the GIL) run beside the proposer replays:
-    # on one thread in one process, on two with workers (whose cores are free once the logs are read; the
-    # two analyses' arrays are then held at once).
-    worker = ThreadPoolExecutor(max_workers=1 if workers <= 1 else 2)
+    # The prefix analysis and the APC replay (compiled, it releases the GIL) run on a second thread beside
+    # the proposer replays.
+    worker = ThreadPoolExecutor(max_workers=1)
     prefix_job = worker.submit(_prefix, c, *chains) if chains else None
     apc_job = (worker.submit(_apc, c, order, options, timestamps, output_lens, latencies, replica_of)
                if chains else None)

@@ -34,8 +34,9 @@ SUFFIX_TOKEN_BUDGET = 300_000
 WINDOW_WARMUP_SHARE = 0.25  # of a window's requests only feed the trees, so later ones see a warm global tree
 BOOTSTRAP_RESAMPLES = 400
 SWEEP_KS = tuple(range(1, 9))
-# At most this many pieces of one replica's suffix replay run at once (`_suffix_cuts`).
-MAX_SUFFIX_PARTS = 8
+# At most this many pieces of one replica's suffix replay run at once (`_suffix_cuts`): each holds its own
+# trees (about 40 MiB on a full window), and more pieces feed the same outputs more often.
+MAX_SUFFIX_PARTS = 4
 SWEEP_WINDOWS = ((1, 3), (2, 4), (3, 5), (5, 5))
 # Defaults of vLLM's SpeculativeConfig (vllm/config/speculative.py).
 SUFFIX_DEFAULTS = {
