@@ -17,7 +17,7 @@ import json
 import numpy as np
 import pytest
 
-from advisor.measure.prefix import GOLDEN, ROOT_HASH, PrefixBlocks, block_hashes, prefix_sharing
+from advisor.measure.prefix import GOLDEN, ROOT_HASH, PrefixBlocks, block_hashes, factorize, prefix_sharing
 
 B = 16
 RNG = np.random.default_rng(11)
@@ -174,3 +174,21 @@ def test_mooncake_ceiling_equals_an_independent_computation(real_file) -> None:
     assert result.prompt_tokens == sum(r["input_length"] for r in records)
     assert result.hit_tokens == expected_hits
     assert 0 < result.ceiling < 1
+
+
+@pytest.mark.parametrize("values", [
+    np.zeros(0, np.uint64),
+    np.array([7, 7, 7], np.uint64),
+    np.arange(50, dtype=np.uint64)[::-1] % 13,  # small ids, as a trace's block ids can be
+    np.random.default_rng(1).integers(0, 2**64 - 1, 5000, dtype=np.uint64, endpoint=True) | np.uint64(1 << 63),
+    np.random.default_rng(2).choice(np.array([0, 2**64 - 1, 5, 2**63], np.uint64), 1000),
+])
+def test_factorize_numbers_values_in_order_of_first_appearance(values):
+    """The same groups, values and first positions as np.unique, ids in first-appearance order."""
+    ids, distinct, first = factorize(values)
+    assert (distinct[ids] == values).all()
+    assert (first == np.sort(first)).all() and (values[first] == distinct).all()
+    known, unique_first, inverse, counts = np.unique(values, return_index=True, return_inverse=True,
+                                                     return_counts=True)
+    assert distinct.size == known.size and sorted(first.tolist()) == sorted(unique_first.tolist())
+    assert (np.bincount(ids, minlength=distinct.size) == counts[np.searchsorted(known, distinct)]).all()

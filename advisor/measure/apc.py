@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from advisor.measure.prefix import PrefixBlocks
+from advisor.measure.prefix import PrefixBlocks, factorize
 from advisor.measure.stats import json_float
 from advisor.vllm_vocab import DEFAULT_GPU_MEMORY_UTILIZATION
 
@@ -345,9 +345,9 @@ class _Prepared:
             raise ValueError("output_tokens needs one entry per request")
         chain_lists = [r.chain for r in requests]
         all_hashes = np.concatenate(chain_lists) if count else np.zeros(0, np.uint64)
-        unique, dense = np.unique(all_hashes, return_inverse=True)
+        dense, unique, _ = factorize(all_hashes)
         self.num_hashes = int(unique.size)
-        self.chains = dense.astype(np.int64).ravel()
+        self.chains = dense
         self.chain_offsets = np.zeros(count + 1, np.int64)
         self.chain_offsets[1:] = np.cumsum([c.size for c in chain_lists])
         self.prompt_blocks = np.array([r.prompt_blocks for r in requests], dtype=np.int64)

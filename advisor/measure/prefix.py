@@ -205,10 +205,13 @@ def prefix_sharing(
     cached_chains = [r.chain for r in requests] if cache_outputs else prompt_chains
     inserted = np.concatenate(cached_chains) if count else np.zeros(0, np.uint64)
     inserted_owner = np.repeat(np.arange(count), [c.size for c in cached_chains])
-    # np.unique's return_index gives the first position of each id, and positions are in arrival order.
-    known, first_position = np.unique(inserted, return_index=True)
-    first_owner = inserted_owner[first_position]
-    seen_before = first_owner[np.searchsorted(known, queries)] < query_owner
+    # One numbering of the cached blocks and the asked ones: a block hits when the first request that
+    # cached it (positions are in arrival order) comes before the asking one; an id first seen among the
+    # queries was never cached.
+    ids, _, first_position = factorize(np.concatenate((inserted, queries)))
+    first_owner = np.where(first_position < inserted.size,
+                           inserted_owner[np.minimum(first_position, max(inserted.size - 1, 0))], count)
+    seen_before = first_owner[ids[inserted.size:]] < query_owner
 
     leading = leading_true_counts(seen_before, block_counts)
     lcp = np.minimum(leading * block_size, prompt_lens)
@@ -225,6 +228,47 @@ def prefix_sharing(
         top_prefixes=top_shared_prefixes(queries, query_owner, block_counts, prompt_lens, block_size, top),
         per_request_hit_tokens=hits,
     )
+
+
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, distinct values, first position of each) of uint64 `values`, ids numbered in order of first
+    appearance: `distinct[ids] == values`. What np.unique's inverse, values and first indices say, in an
+    order that differs from np.unique's (sorted) but in linear time: the block chains of a big log hold
+    millions of hashes, and a stable sort of them took most of the prefix analysis."""
+    values = np.ascontiguousarray(values, dtype=np.uint64)
+    ids = np.empty(values.size, np.int64)
+    first = np.empty(values.size, np.int64)
+    count = _factorize(values, ids, first)
+    first = first[:count].copy()
+    return ids, values[first], first
+
+
+@njit(cache=True, nogil=True)
+def _factorize(values: np.ndarray, ids: np.ndarray, first: np.ndarray) -> int:
+    """Open addressing over a table of at least twice as many slots as values (Fibonacci hashing: the
+    values are hashes already, but a trace's block ids may be small integers); returns the distinct count."""
+    bits = 1
+    while (1 << bits) < 2 * values.size:
+        bits += 1
+    table = np.full(1 << bits, -1, np.int64)  # slot -> id
+    mask = (1 << bits) - 1
+    count = 0
+    for i in range(values.size):
+        value = values[i]
+        slot = np.int64((value * np.uint64(GOLDEN)) >> np.uint64(64 - bits))
+        while True:
+            found = table[slot]
+            if found < 0:
+                table[slot] = count
+                first[count] = i
+                ids[i] = count
+                count += 1
+                break
+            if values[first[found]] == value:
+                ids[i] = found
+                break
+            slot = (slot + 1) & mask
+    return count
 
 
 def leading_true_counts(flags: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -254,9 +298,8 @@ def top_shared_prefixes(
         return ()
     starts = np.cumsum(block_counts) - block_counts
     depth = np.arange(queries.size) - np.repeat(starts, block_counts)
-    nodes, first, inverse, sharing = np.unique(
-        queries, return_index=True, return_inverse=True, return_counts=True
-    )
+    inverse, nodes, first = factorize(queries)
+    sharing = np.bincount(inverse, minlength=nodes.size)
     # Each node's parent is the block before it in its chain (chains are prefix-closed, so any occurrence
     # gives the same parent); roots have none.
     has_parent = depth > 0
