@@ -457,13 +457,15 @@ def summarize(
 
 @lru_cache(maxsize=1)
 def _bootstrap_weights(count: int, seed: int) -> np.ndarray:
-    """BOOTSTRAP_RESAMPLES x count resampling weights (multinomial counts), read-only.
+    """BOOTSTRAP_RESAMPLES x count resampling weights (multinomial counts, as float64), read-only.
 
     Cached: a sweep summarizes dozens of configs over the same sampled requests, and drawing the weights
-    (count binomials per resample) costs far more than applying them.
+    (count binomials per resample) costs far more than applying them. Float64, because the product with
+    the float64 table would cast integer weights again at every call (the counts are exact in float64, so
+    the product is the same).
     """
     rng = np.random.default_rng(seed)
-    weights = rng.multinomial(count, np.full(count, 1 / count), size=BOOTSTRAP_RESAMPLES)
+    weights = rng.multinomial(count, np.full(count, 1 / count), size=BOOTSTRAP_RESAMPLES).astype(np.float64)
     weights.flags.writeable = False
     return weights
 
