@@ -297,6 +297,9 @@ def test_segments_render_the_template_exactly(default_tok, messages):
     keys = segments.keys(messages)
     assert keys is not None
     assert "".join(segments.render(key) for key in keys) == default_tok.render_chat(messages)
+    for key in keys:  # the pieces built without scanning, where a message allows it, are the scan's
+        pieces = segments.pieces(key)
+        assert pieces is None or pieces == default_tok.split_special(segments.render(key))
     request = Request(source="t:1", messages=messages)
     warm = RequestTokenizer(default_tok)
     warm.tokenize([Request(source="t:0", messages=messages[:-1])] if len(messages) > 1 else [])
@@ -315,7 +318,10 @@ def test_segments_only_where_the_template_is_known_to_render_by_message(default_
     assert chat_module.segmenter(source + " ", variables, names) is None
     assert chat_module.segmenter(CHATML, variables, names) is None
     assert chat_module.segmenter(source, {**variables, "date_string": "1 Jan 2025"}, names) is None
-    assert chat_module.segmenter(source, variables, [*names, "<|a<b|>"]) is None
+    assert chat_module.segmenter(source, variables, {**names, "<|a<b|>": 1}) is None
+    assert default_tok.segments.pieces(("user", "a < b")) is None  # '<' in the text: split by scanning
+    assert default_tok.segments.pieces(("user", " hi ")) == [names["<|start_header_id|>"], "user",
+                                                             names["<|end_header_id|>"], "\n\nhi", names["<|eot_id|>"]]
 
 
 @pytest.mark.real_data

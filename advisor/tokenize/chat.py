@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -154,7 +154,8 @@ PLAIN_SPECIAL_NAME = re.compile(r"<\|[^<>|]*\|>")
 _LLAMA31_HEADER = ("<|start_header_id|>system<|end_header_id|>\n\n"
                    "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n")
 _LLAMA31_GENERATION = "<|start_header_id|>assistant<|end_header_id|>\n\n"
-_LLAMA31_TOOL_ROLES = ("ipython", "tool")  # rendered as JSON by the template's tool branch: not segmented
+_LLAMA31_TOOL_ROLES = ("ipython", "tool")
+_LLAMA31_MESSAGE_SPECIALS = ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")  # rendered as JSON by the template's tool branch: not segmented
 GENERATION_SEGMENT = ("generation",)
 
 
@@ -172,8 +173,21 @@ class Llama31Segments:
     caller renders them whole. tests/test_tokenize.py compares both ways on the real logs.
     """
 
-    def __init__(self, bos_token: str):
+    def __init__(self, bos_token: str, special_ids: Mapping[str, int]):
         self.bos_token = bos_token
+        self._start, self._end, self._eot = (special_ids[name] for name in _LLAMA31_MESSAGE_SPECIALS)
+
+    def pieces(self, key: Hashable) -> list[str | int] | None:
+        """`Tokenizer.split_special(self.render(key))` for a message whose role and content hold no '<',
+        without scanning its text (every special-token name here starts with '<|': `segmenter` checks, so
+        no special token can be inside them); None for other segments (split their render)."""
+        if key == GENERATION_SEGMENT:
+            return None
+        role, content = key  # type: ignore[misc]
+        if role is None or "<" in role or "<" in content:
+            return None
+        body = f"\n\n{content.strip()}"
+        return [self._start, role, self._end, body, self._eot] if role else [self._start, self._end, body, self._eot]
 
     def keys(self, messages: Sequence[Message]) -> list[Hashable] | None:
         """The segment keys of `messages` (equal keys render equal text), or None: render in whole."""
@@ -196,7 +210,7 @@ class Llama31Segments:
         return f"{self.bos_token}{_LLAMA31_HEADER}{content.strip() if content is not None else ''}<|eot_id|>"
 
 
-def segmenter(source: str | None, variables: dict[str, str], special_names: Collection[str]) -> Llama31Segments | None:
+def segmenter(source: str | None, variables: dict[str, str], special_ids: Mapping[str, int]) -> Llama31Segments | None:
     """Per-message segments for a template known to render that way, else None (render every prompt whole).
 
     Only the bundled Llama 3.1 Instruct template, byte for byte, with no template variable beyond bos_token
@@ -206,11 +220,13 @@ def segmenter(source: str | None, variables: dict[str, str], special_names: Coll
     if source is None or set(variables) - {"bos_token", "eos_token"}:
         return None
     bos = variables.get("bos_token", "")
-    if source != llama31_template() or (bos and bos not in special_names):
+    if source != llama31_template() or (bos and bos not in special_ids):
         return None
-    if not all(PLAIN_SPECIAL_NAME.fullmatch(name) for name in special_names):
+    if not all(PLAIN_SPECIAL_NAME.fullmatch(name) for name in special_ids):
         return None
-    return Llama31Segments(bos)
+    if not all(name in special_ids for name in _LLAMA31_MESSAGE_SPECIALS):
+        return None
+    return Llama31Segments(bos, special_ids)
 
 
 @lru_cache(maxsize=1)

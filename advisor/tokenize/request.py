@@ -286,7 +286,9 @@ class RequestTokenizer:
             return ids
         pending = self._pending.get(key) or self._earlier.get(key)
         if pending is None:
-            pending = self._pending[key] = _Segment(key, self._split(self._segmenter.render(key)))
+            pieces = self._segmenter.pieces(key)
+            parts = self._split(self._segmenter.render(key)) if pieces is None else self._arrays(pieces)
+            pending = self._pending[key] = _Segment(key, parts)
         return pending
 
     def _split(self, text: str | None) -> list | None:
@@ -295,8 +297,12 @@ class RequestTokenizer:
             return None
         if not self.tokenizer.split_invariant:
             return [text] if text else []
+        return self._arrays(self.tokenizer.split_special(text))
+
+    def _arrays(self, pieces: list[str | int]) -> list:
+        """`split_special` pieces with each special-token id as its (reused) 1-element int32 array."""
         out: list = []
-        for piece in self.tokenizer.split_special(text):
+        for piece in pieces:
             if isinstance(piece, int):
                 array = self._special.get(piece)
                 if array is None:
