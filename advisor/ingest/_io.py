@@ -425,14 +425,10 @@ def json_records(lines: Iterable[tuple[int, str]], sink: Sink) -> Iterator[tuple
         try:
             yield number, orjson.loads(text)
         except orjson.JSONDecodeError as exc:
-            _bad_json(number, text, exc, sink)
-
-
-def _bad_json(number: int, text: str, exc: orjson.JSONDecodeError, sink: Sink) -> None:
-    # The column within the line (the trailing newline would make orjson count a line 2); never the
-    # offending text, which may be private.
-    column = min(exc.pos, len(text.rstrip("\r\n"))) + 1
-    sink.bad(number, BadRecord("invalid JSON", f"{exc.msg} at column {column}"))
+            # The column within the line (the trailing newline would make orjson count a line 2); never
+            # the offending text, which may be private.
+            column = min(exc.pos, len(text.rstrip("\r\n"))) + 1
+            sink.bad(number, BadRecord("invalid JSON", f"{exc.msg} at column {column}"))
 
 
 def raw_json_records(lines: Iterable[RawLine], sink: Sink) -> Iterator[tuple[int, Any]]:
@@ -443,22 +439,21 @@ def raw_json_records(lines: Iterable[RawLine], sink: Sink) -> Iterator[tuple[int
     stats = sink.stats
     loads = orjson.loads
     for number, raw in lines:
-        if type(raw) is not bytes or (number == 1 and raw.startswith(UTF8_BOM)):
-            text = decode_line(number, raw, sink)  # a note, an over-long line, a byte-order mark
-            if text is not None:
-                yield from json_records(((number, text),), sink)
-            continue
-        if not raw or raw.isspace():  # blank: what `raw.strip()` leaves empty (ASCII whitespace)
-            continue
-        try:
-            value = loads(raw)
-        except orjson.JSONDecodeError:
-            text = decode_line(number, raw, sink)  # counts the line itself when it is not UTF-8
-            if text is not None:
-                yield from json_records(((number, text),), sink)
-            continue
-        stats.records_read += 1
-        yield number, value
+        # The usual line; not a note, an over-long line or one that starts with a byte-order mark.
+        if type(raw) is bytes and not (number == 1 and raw.startswith(UTF8_BOM)):
+            if not raw or raw.isspace():  # blank: what `raw.strip()` leaves empty (ASCII whitespace)
+                continue
+            try:
+                value = loads(raw)
+            except orjson.JSONDecodeError:
+                pass  # reported below, as the decoding path reports it
+            else:
+                stats.records_read += 1
+                yield number, value
+                continue
+        text = decode_line(number, raw, sink)  # counts and reports a line that is no record
+        if text is not None:
+            yield from json_records(((number, text),), sink)
 
 
 def iter_json_lines(source: Source, sink: Sink) -> Iterator[tuple[int, Any]]:

@@ -209,8 +209,7 @@ def prefix_sharing(
     # cached it (positions are in arrival order) comes before the asking one; an id first seen among the
     # queries was never cached.
     ids, _, first_position = factorize(np.concatenate((inserted, queries)))
-    first_owner = np.where(first_position < inserted.size,
-                           inserted_owner[np.minimum(first_position, max(inserted.size - 1, 0))], count)
+    first_owner = np.concatenate((inserted_owner, np.full(queries.size, count)))[first_position]
     seen_before = first_owner[ids[inserted.size:]] < query_owner
 
     leading = leading_true_counts(seen_before, block_counts)

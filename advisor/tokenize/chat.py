@@ -154,8 +154,10 @@ PLAIN_SPECIAL_NAME = re.compile(r"<\|[^<>|]*\|>")
 _LLAMA31_HEADER = ("<|start_header_id|>system<|end_header_id|>\n\n"
                    "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n")
 _LLAMA31_GENERATION = "<|start_header_id|>assistant<|end_header_id|>\n\n"
-_LLAMA31_TOOL_ROLES = ("ipython", "tool")
-_LLAMA31_MESSAGE_SPECIALS = ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")  # rendered as JSON by the template's tool branch: not segmented
+_LLAMA31_TOOL_ROLES = ("ipython", "tool")  # rendered as JSON by the template's tool branch: not segmented
+# A message segment: START role END "\n\n" content|trim EOT.
+_LLAMA31_START, _LLAMA31_END, _LLAMA31_EOT = _LLAMA31_MESSAGE_SPECIALS = (
+    "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
 GENERATION_SEGMENT = ("generation",)
 
 
@@ -206,8 +208,8 @@ class Llama31Segments:
             return _LLAMA31_GENERATION
         role, content = key  # type: ignore[misc]
         if role is not None:
-            return f"<|start_header_id|>{role}<|end_header_id|>\n\n{content.strip()}<|eot_id|>"
-        return f"{self.bos_token}{_LLAMA31_HEADER}{content.strip() if content is not None else ''}<|eot_id|>"
+            return f"{_LLAMA31_START}{role}{_LLAMA31_END}\n\n{content.strip()}{_LLAMA31_EOT}"
+        return f"{self.bos_token}{_LLAMA31_HEADER}{content.strip() if content is not None else ''}{_LLAMA31_EOT}"
 
 
 def segmenter(source: str | None, variables: dict[str, str], special_ids: Mapping[str, int]) -> Llama31Segments | None:
