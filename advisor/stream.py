@@ -613,18 +613,22 @@ class _Crossings:
         in_chunk: dict[str, int] = {}
         measured = result.measured
         counted_before = out.overlap_counts.size // OVERLAP_VALUES
-        for k, index in enumerate(measured.counted.tolist()):
-            conversation = measured.facts.conversations[k]
+        context, ids = self.context, measured.ids
+        outputs_at = (measured.starts + measured.prompt_lens).tolist()
+        output_lens = measured.output_lens_ids.tolist()
+        for k, (index, conversation) in enumerate(zip(measured.counted.tolist(), measured.facts.conversations)):
             if conversation is None:
                 continue
-            earlier = self.context.earlier(conversation)
             seen = in_chunk.get(conversation, 0)
-            output = measured.output(index)
-            if len(earlier) != seen:
+            start = outputs_at[index]
+            output = ids[start:start + output_lens[index]]
+            # The LRU order needs no look-up's touch here: `add` moves the conversation last just after.
+            if context.known(conversation) != seen:
                 self._recounts.append((counted_before + k, out.rows + index, self._counter.submit(
-                    overlap.overlap_counts, measured.prompt(index), output, earlier, OVERLAP_MAX_N)))
+                    overlap.overlap_counts, measured.prompt(index), output, context.earlier(conversation),
+                    OVERLAP_MAX_N)))
             in_chunk[conversation] = seen + 1
-            self.context.add(conversation, output.copy())
+            context.add(conversation, output.copy())
 
     def settle(self, out: Collected, pending: int) -> None:
         """Writes the recomputed counts into `out` (whose chunks hold their requests) until at most `pending`

@@ -72,7 +72,7 @@ def test_workers_parse_sharegpt_conversations_as_one_process(real_file, tmp_path
     path.write_bytes(data.replace(b'"BIG"', b"123456789012345678901234567890"))  # beyond 64 bits: read as a float
     parts = list(read_parts([str(path)]))
     assert parts and all(isinstance(part, LineChunk) for part in parts)
-    assert [number for part in parts for number, _ in part.lines] == list(range(1, 701))
+    assert [number for part in parts for number, _ in part.raw_lines()] == list(range(1, 701))
     options = ProfileOptions(paths=(str(path),), sweep=False)
     serial = build_profile(options).report.to_dict()
     assert_same(serial, build_profile(options, workers=2).report.to_dict())

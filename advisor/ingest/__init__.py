@@ -21,8 +21,8 @@ import orjson
 from advisor.errors import InputError
 from advisor.ingest import (aider, bench_custom, csv_traces, mooncake, openai, openai_batch, otel, sharegpt, swe_agent,
                             vllm_log)
-from advisor.ingest._io import (SNIFF_BYTES, UTF8_BOM, IngestStats, RawLine, Sink, Source, head_records,
-                                import_fsspec, is_url, raw_json_records, raw_lines)
+from advisor.ingest._io import (SNIFF_BYTES, UTF8_BOM, FileSpan, IngestStats, RawLine, Sink, Source, file_spans,
+                                head_records, import_fsspec, is_url, raw_json_records, raw_lines, span_lines)
 from advisor.record import Request
 
 # Skipped-record messages shown with the error of a file that gave no request.
@@ -240,15 +240,21 @@ def shard_paths(paths: Sequence[str], fmt: str | None = None) -> list[tuple[str,
 
 @dataclass(frozen=True)
 class LineChunk:
-    """CHUNK_LINES consecutive raw lines of one file in a LINE_READERS format, for `parse_chunk`. `first` and
-    `last` mark the file's first and last chunk (an empty file is one chunk, both): whoever absorbs the
-    parsed chunks in order checks at the last that the file gave a request (`no_request_error`)."""
+    """CHUNK_LINES consecutive raw lines of one file in a LINE_READERS format, for `parse_chunk`: the lines
+    themselves, or where they lie in a plain file (then the parser reads them, and the process that cuts the
+    file sends a few numbers instead of the lines). `first` and `last` mark the file's first and last chunk
+    (an empty file is one chunk, both): whoever absorbs the parsed chunks in order checks at the last that
+    the file gave a request (`no_request_error`)."""
 
     fmt: str
     name: str
-    lines: list[RawLine]
+    lines: list[RawLine] | FileSpan
     first: bool
     last: bool
+
+    def raw_lines(self) -> Iterable[RawLine]:
+        """The chunk's raw lines (read from the file for a span)."""
+        return self.lines if isinstance(self.lines, list) else span_lines(self.lines)
 
 
 @dataclass
@@ -267,7 +273,7 @@ def parse_chunk(chunk: LineChunk, strict: bool, hash_block_size: int) -> ParsedC
     stats = IngestStats()
     sink = Sink(chunk.name, stats, strict)
     requests = []
-    records = raw_json_records(chunk.lines, sink)
+    records = raw_json_records(chunk.raw_lines(), sink)
     for request in LINE_READERS[chunk.fmt](records, chunk.name, sink, hash_block_size):
         stats.requests += 1
         _count_used(sink, request.source)
@@ -301,7 +307,8 @@ def read_parts(
     stats: IngestStats | None = None,
 ) -> Iterator[Request | LineChunk]:
     """`read_requests`, except that each file in a LINE_READERS format comes as LineChunks of raw lines, read
-    here and parsed elsewhere (`parse_chunk`, in worker processes): the caller absorbs their ParsedChunks into
+    here (a plain file's only cut into spans: their parser reads them) and parsed elsewhere (`parse_chunk`, in
+    worker processes): the caller absorbs their ParsedChunks into
     `stats` in order and checks each file's end; only `stats.formats` is filled here for those files. Reading
     runs ahead of the parsing, so an error reading a later file (missing, cut) can be raised before a
     --strict bad record or a no-request error of chunks still being parsed: the run fails either way."""
@@ -334,6 +341,9 @@ def _read(paths: Sequence[str], fmt: str | None, strict: bool, hash_block_size: 
             yield from _read_group(name, group, stats, strict)
         elif chunked and name == sharegpt.NAME and sharegpt.is_array(source):
             yield from _array_chunks(name, source)
+        elif chunked and name in LINE_READERS and source.is_plain_file():
+            for span, last in file_spans(source, CHUNK_LINES):
+                yield LineChunk(name, source.name, span, span.first_line == 1, last)
         elif chunked and name in LINE_READERS:
             yield from _chunks(name, source)
         else:

@@ -11,6 +11,7 @@ import decimal
 import gzip
 import io
 import math
+import os
 import sys
 import zlib
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, BinaryIO, Iterable, Iterator
 
+import numpy as np
 import orjson
 
 from advisor.errors import BadRecordError, InputError
@@ -214,6 +216,7 @@ class Source:
         self.name = "<stdin>" if path == "-" else path
         self._stream: BinaryIO | None = None
         self._head: bytes | None = None
+        self._compressed = False
 
     @property
     def suffix(self) -> str:
@@ -246,7 +249,8 @@ class Source:
                 raise InputError(f"{self.path}: cannot be read ({exc.strerror})") from None
         magic = raw.read(2)
         raw = io.BufferedReader(_Replay(magic, raw), buffer_size=1 << 20)  # type: ignore[assignment]
-        if magic == GZIP_MAGIC:
+        self._compressed = magic == GZIP_MAGIC
+        if self._compressed:
             raw = _GzipStream(raw)  # type: ignore[assignment]
         return raw
 
@@ -277,6 +281,13 @@ class Source:
                 self._stream = _Failing(exc)  # type: ignore[assignment]
             self._head = b"".join(chunks)
         return self._head
+
+    def is_plain_file(self) -> bool:
+        """Whether the source is a local, uncompressed regular file: one whose lines can be read again by their
+        byte offsets (`file_spans`), unlike stdin, a pipe, a URL or a .gz."""
+        self.head()
+        return (self.path != "-" and not is_url(self.path) and not self._compressed
+                and os.path.isfile(self.path))
 
     def close(self) -> None:
         """Closes the stream opened for sniffing (a Source given up on before `open`: an unknown format)."""
@@ -353,30 +364,102 @@ def raw_lines(source: Source) -> Iterator[RawLine]:
     that the main process can cut a file into chunks of raw lines and worker processes decode and parse
     them (advisor.stream) with the bookkeeping one reader does."""
     with source.open() as stream:
-        number = 0
+        yield from _numbered_lines(stream, source.name, 0, math.inf)
+
+
+def _numbered_lines(stream: BinaryIO, name: str, number: int, remaining: float) -> Iterator[RawLine]:
+    """`raw_lines` of `stream`, whose first line follows line `number`, up to `remaining` bytes."""
+    while remaining > 0:
+        try:
+            raw = stream.readline(int(min(MAX_LINE_BYTES + 1, remaining)))
+        except STREAM_ERRORS as exc:
+            if number == 0 or not isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile)):
+                raise InputError(f"{name}:{number + 1}: cannot be read: {_stream_error(exc)}; "
+                                 f"{number} lines were read before it") from None
+            # A cut or corrupt .gz: the lines before the break are good; keep them and say so.
+            yield number, StreamCut(f"{name}: {_stream_error(exc)} after line {number}: the "
+                                    f"records before the break are used, the rest of the file is lost")
+            return
+        if not raw:
+            if remaining != math.inf:
+                raise InputError(f"{name}:{number + 1}: the file got shorter while it was read; profile a "
+                                 f"copy of a log that is being rotated or rewritten")
+            return
+        number += 1
+        remaining -= len(raw)
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            size = len(raw)
+            while raw and not raw.endswith(b"\n") and remaining > 0:  # drain the rest in bounded chunks
+                raw = stream.readline(int(min(MAX_LINE_BYTES, remaining)))
+                size += len(raw)
+                remaining -= len(raw)
+            if raw.endswith(b"\n"):  # the line's own bytes, not its terminator
+                size -= len(raw) - len(raw.rstrip(b"\r\n"))
+            yield number, LongLine(size)
+            continue
+        yield number, raw
+
+
+@dataclass(frozen=True)
+class FileSpan:
+    """Whole consecutive lines of a plain file (`Source.is_plain_file`), by place: `size` bytes from byte
+    `offset`, the first of them line `first_line`. Whoever parses them reads them (`span_lines`), so the
+    process that cuts the file into spans (`file_spans`) only finds line ends: it neither keeps nor sends
+    the lines."""
+
+    path: str
+    name: str
+    offset: int
+    size: int
+    first_line: int
+
+
+def file_spans(source: Source, lines_per_span: int, block_bytes: int = 8 << 20) -> Iterator[tuple[FileSpan, bool]]:
+    """(span, is last) of a plain file cut every `lines_per_span` lines, numbered as `raw_lines` numbers
+    them (an over-long line is one line): the lines `raw_lines` gives, in lists of that many. An empty file
+    is one empty span. The line ends are found a block at a time (numpy: 0.2 s a GB, whatever the lines'
+    length), so cutting a file costs a small part of reading it line by line."""
+    source.close()
+    try:
+        file = open(source.path, "rb")
+    except OSError as exc:
+        raise InputError(f"{source.path}: cannot be read ({exc.strerror})") from None
+    with file:
+        start = position = 0  # the open span's first byte; the block's first byte
+        first_line, lines = 1, 0  # the open span's first line; its line ends so far
+        full = False  # the open span holds lines_per_span lines: it is given when a byte follows it
         while True:
             try:
-                raw = stream.readline(MAX_LINE_BYTES + 1)
-            except STREAM_ERRORS as exc:
-                if number == 0 or not isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile)):
-                    raise InputError(f"{source.name}:{number + 1}: cannot be read: {_stream_error(exc)}; "
-                                     f"{number} lines were read before it") from None
-                # A cut or corrupt .gz: the lines before the break are good; keep them and say so.
-                yield number, StreamCut(f"{source.name}: {_stream_error(exc)} after line {number}: the "
-                                        f"records before the break are used, the rest of the file is lost")
-                return
-            if not raw:
-                return
-            number += 1
-            if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-                size = len(raw)
-                while raw and not raw.endswith(b"\n"):  # drain the rest of the line in bounded chunks
-                    raw = stream.readline(MAX_LINE_BYTES)
-                    size += len(raw)
-                size -= len(raw) - len(raw.rstrip(b"\r\n"))  # the line's own bytes, not its terminator
-                yield number, LongLine(size)
-                continue
-            yield number, raw
+                block = file.read(block_bytes)
+            except OSError as exc:
+                raise InputError(f"{source.name}:{first_line + lines}: cannot be read ({exc.strerror})") from None
+            if not block:
+                break
+            if full:
+                yield FileSpan(source.path, source.name, start, position - start, first_line), False
+                start, first_line, lines, full = position, first_line + lines_per_span, 0, False
+            ends = np.flatnonzero(np.frombuffer(block, np.uint8) == 10)
+            cuts = (ends[lines_per_span - lines - 1::lines_per_span] + (position + 1)).tolist()
+            lines += ends.size - len(cuts) * lines_per_span
+            position += len(block)
+            if cuts and cuts[-1] == position:  # the block ends a span: its last flag waits for the next read
+                cuts.pop()
+                full, lines = True, lines_per_span
+            for end in cuts:
+                yield FileSpan(source.path, source.name, start, end - start, first_line), False
+                start, first_line = end, first_line + lines_per_span
+    yield FileSpan(source.path, source.name, start, position - start, first_line), True
+
+
+def span_lines(span: FileSpan) -> Iterator[RawLine]:
+    """The raw lines of `span`, read from its file: what `raw_lines` gives for them."""
+    try:
+        file = open(span.path, "rb", buffering=1 << 20)
+    except OSError as exc:
+        raise InputError(f"{span.name}: cannot be read ({exc.strerror})") from None
+    with file:
+        file.seek(span.offset)
+        yield from _numbered_lines(file, span.name, span.first_line - 1, span.size)
 
 
 def decode_line(number: int, raw: bytes | LongLine | StreamCut, sink: Sink, keep_blank: bool = False) -> str | None:

@@ -353,6 +353,11 @@ class ContextOutputs:
         self._outputs.move_to_end(conversation)
         return list(outputs)
 
+    def known(self, conversation: str) -> int:
+        """How many earlier outputs of the conversation are kept (`len(earlier(...))`, without its LRU touch)."""
+        outputs = self._outputs.get(conversation)
+        return 0 if outputs is None else len(outputs)
+
     def add(self, conversation: str, output_ids: np.ndarray) -> None:
         self._outputs.setdefault(conversation, []).append(output_ids)
         self._outputs.move_to_end(conversation)
