@@ -27,7 +27,6 @@ from __future__ import annotations
 import collections
 import itertools
 import multiprocessing
-import queue
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -37,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from advisor import ingest
+from advisor import ingest, pipes
 from advisor.errors import AdvisorError
 from advisor.measure import overlap, prefix, routing, state
 from advisor.record import Request, SamplingParams, pickled_by_fields
@@ -413,9 +412,8 @@ def measure_ids(batch: list[Request], packed: PackedIds, options: StreamOptions,
         if conversation is None:
             contexts.append(None)
             continue
-        contexts.append(context.earlier(conversation))
         # A copy: a view would keep the whole batch's ids alive as long as the conversation's context.
-        context.add(conversation, packed.ids[start:end].copy())
+        contexts.append(context.push(conversation, packed.ids[start:end].copy()))
     counts = overlap.overlap_counts_packed(packed.ids, packed.starts, prompt_lens, output_lens, counted, contexts,
                                            OVERLAP_MAX_N)
     with_context = np.array([c is not None for c in contexts], dtype=bool)
@@ -622,13 +620,11 @@ class _Crossings:
             seen = in_chunk.get(conversation, 0)
             start = outputs_at[index]
             output = ids[start:start + output_lens[index]]
-            # The LRU order needs no look-up's touch here: `add` moves the conversation last just after.
-            if context.known(conversation) != seen:
+            earlier = context.push(conversation, output.copy())
+            if len(earlier) != seen:
                 self._recounts.append((counted_before + k, out.rows + index, self._counter.submit(
-                    overlap.overlap_counts, measured.prompt(index), output, context.earlier(conversation),
-                    OVERLAP_MAX_N)))
+                    overlap.overlap_counts, measured.prompt(index), output, earlier, OVERLAP_MAX_N)))
             in_chunk[conversation] = seen + 1
-            context.add(conversation, output.copy())
 
     def settle(self, out: Collected, pending: int) -> None:
         """Writes the recomputed counts into `out` (whose chunks hold their requests) until at most `pending`
@@ -648,29 +644,31 @@ def _measure_chunk(chunk: ingest.LineChunk, options: StreamOptions, strict: bool
     return MeasuredChunk(measured, parsed.stats, parsed.bad_records, "tokenizer" in tokenizer_state)
 
 
-def _worker_main(inbox: Any, outbox: Any, options: StreamOptions, strict: bool, context_budget: int,
+def _worker_main(inbox: Any, results: Any, options: StreamOptions, strict: bool, context_budget: int,
                  tokenizer: Any) -> None:
     """A worker: measures the jobs it is sent (a shard of a batch of requests, or a chunk of lines, each with
-    the chain store's bound when it was sent: the chains it hashes), in order, until it receives None.
+    the chain store's bound when it was sent: the chains it hashes), in order, until it receives None; sends
+    each result (or the error that stops it) on `results`, the sending end of its pipe.
 
     `tokenizer`: the main process's, inherited through fork (None: the worker loads its own when needed);
     taken up at the first request with text, as in one process.
     """
     tokenizer_state: dict[str, Any] = {} if tokenizer is None else {"preloaded": tokenizer}
     context = state.ContextOutputs(context_budget)
-    while True:
-        message = inbox.get()
-        if message is None:
-            return
-        job, bound = message
-        try:
-            if isinstance(job, ingest.LineChunk):
-                outbox.put(("ok", _measure_chunk(job, options, strict, tokenizer_state, bound)))
-            else:
-                outbox.put(("ok", measure_batch(job, options, tokenizer_state, context, bound)))
-        except BaseException as error:  # noqa: BLE001 - re-raised in the main process
-            outbox.put(("error", error))
-            return
+    sender = pipes.Sender(results)
+    try:
+        while (message := inbox.get()) is not None:
+            job, bound = message
+            try:
+                if isinstance(job, ingest.LineChunk):
+                    sender.send(("ok", _measure_chunk(job, options, strict, tokenizer_state, bound)))
+                else:
+                    sender.send(("ok", measure_batch(job, options, tokenizer_state, context, bound)))
+            except BaseException as error:  # noqa: BLE001 - re-raised in the main process
+                sender.send(("error", error))
+                return
+    finally:
+        sender.close()
 
 
 class _WorkerPool:
@@ -684,7 +682,7 @@ class _WorkerPool:
         self.strict = strict
         self.preloaded: Any = None  # a tokenizer loaded before the fork for the workers' chunks of text
         self.inboxes: list[Any] = []
-        self.outboxes: list[Any] = []
+        self.outboxes: list[pipes.Receiver] = []
         self.processes: list[Any] = []
         self._turn = itertools.cycle(range(workers))
 
@@ -701,18 +699,21 @@ class _WorkerPool:
                 self.preloaded = tokenizer = load_tokenizer(self.options.tokenizer, self.options.model)
             except AdvisorError:
                 pass  # the workers load it when a request needs it, and fail there as one process would
-        # Queues, not bare pipes: their feeder threads buffer, so sending ahead never blocks on a worker
-        # that is itself blocked sending a result.
+        # Jobs go in Queues, whose feeder threads buffer, so sending ahead never blocks on a worker that is
+        # itself blocked sending a result; results come back on pipes that carry their arrays out of band
+        # (advisor.pipes), written by a thread in the worker for the same reason.
         self.inboxes = [context.Queue() for _ in range(self.workers)]
-        self.outboxes = [context.Queue() for _ in range(self.workers)]
-        self.processes = [
-            context.Process(target=_worker_main, daemon=True, args=(
-                inbox, outbox, self.options, self.strict, CONTEXT_TOKEN_BUDGET // self.workers,
+        for inbox in self.inboxes:
+            ends = context.Pipe(duplex=False)
+            process = context.Process(target=_worker_main, daemon=True, args=(
+                inbox, ends[1], self.options, self.strict, CONTEXT_TOKEN_BUDGET // self.workers,
                 tokenizer if fork else None))
-            for inbox, outbox in zip(self.inboxes, self.outboxes)
-        ]
-        for process in self.processes:
             process.start()
+            # Closed before the next worker starts, so that only this worker holds the sending end: the
+            # pipe then ends (PipeClosed) if it dies.
+            ends[1].close()
+            self.outboxes.append(pipes.Receiver(ends[0]))
+            self.processes.append(process)
 
     def __enter__(self) -> _WorkerPool:
         return self
@@ -721,6 +722,8 @@ class _WorkerPool:
         for inbox, process in zip(self.inboxes, self.processes):
             if process.is_alive():
                 inbox.put(None)
+        for outbox in self.outboxes:  # a worker still sending (the run stopped early) gets EPIPE, not a hang
+            outbox.close()
         for process in self.processes:
             process.join(timeout=10)
             if process.is_alive():
@@ -800,11 +803,10 @@ class _WorkerPool:
         return payload
 
 
-def _receive(outbox: Any, process: Any) -> tuple[str, Any]:
+def _receive(outbox: pipes.Receiver, process: Any) -> tuple[str, Any]:
     """The worker's next result; an error if the worker died without sending one (killed, out of memory)."""
-    while True:
-        try:
-            return outbox.get(timeout=1.0)
-        except queue.Empty:
-            if not process.is_alive():
-                raise RuntimeError(f"a profile worker process exited with code {process.exitcode}") from None
+    try:
+        return outbox.receive()
+    except pipes.PipeClosed:
+        process.join(timeout=10)
+        raise RuntimeError(f"a profile worker process exited with code {process.exitcode}") from None

@@ -34,6 +34,7 @@ STAGES: dict[str, int | str] = {
     "advisor.profile": PROFILE,  # wires the stages together
     "advisor.stream": PROFILE,  # the profile's streaming collection (tokenize + measure per batch, workers)
     "advisor.shards": PROFILE,  # the same collection as parallel shards on Ray, merged
+    "advisor.pipes": PROFILE,  # the workers' results back to the collection, arrays out of band
     "advisor.verify": VERIFY,
     "advisor.cli": CLI,
 }

@@ -230,10 +230,12 @@ def test_chain_store_keeps_everything_under_budget():
 def test_context_outputs_bounded_lru():
     context = state.ContextOutputs(token_budget=100)
     for conversation in range(20):
-        context.add(f"c{conversation}", np.arange(10, dtype=np.int32))
+        assert context.push(f"c{conversation}", np.arange(10, dtype=np.int32)) == []
         assert context.tokens <= 100
     assert context.evicted == 10
-    assert context.earlier("c0") == [] and len(context.earlier("c19")) == 1
+    assert context.push("c0", np.arange(5, dtype=np.int32)) == []  # evicted: it starts again
+    assert len(context.push("c19", np.arange(5, dtype=np.int32))) == 1
+    assert context.tokens == 100 and context.evicted == 11  # the oldest, c10, made room for c0
 
 
 def test_column_grows_and_compacts():

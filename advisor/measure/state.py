@@ -346,26 +346,23 @@ class ContextOutputs:
         self.evicted = 0
         self._outputs: OrderedDict[str, list[np.ndarray]] = OrderedDict()
 
-    def earlier(self, conversation: str) -> list[np.ndarray]:
+    def push(self, conversation: str, output_ids: np.ndarray) -> list[np.ndarray]:
+        """Appends the conversation's next output and returns the kept ones before it (its context); the
+        conversation becomes the most recent. One call a request: this runs for every request of the log."""
         outputs = self._outputs.get(conversation)
         if outputs is None:
-            return []
-        self._outputs.move_to_end(conversation)
-        return list(outputs)
-
-    def known(self, conversation: str) -> int:
-        """How many earlier outputs of the conversation are kept (`len(earlier(...))`, without its LRU touch)."""
-        outputs = self._outputs.get(conversation)
-        return 0 if outputs is None else len(outputs)
-
-    def add(self, conversation: str, output_ids: np.ndarray) -> None:
-        self._outputs.setdefault(conversation, []).append(output_ids)
-        self._outputs.move_to_end(conversation)
+            earlier: list[np.ndarray] = []
+            self._outputs[conversation] = [output_ids]  # a new key is the most recent
+        else:
+            earlier = outputs.copy()
+            outputs.append(output_ids)
+            self._outputs.move_to_end(conversation)
         self.tokens += output_ids.size
         while self.tokens > self.token_budget and len(self._outputs) > 1:
             _, dropped = self._outputs.popitem(last=False)
             self.tokens -= sum(array.size for array in dropped)
             self.evicted += 1
+        return earlier
 
 
 class SamplingCounts:

@@ -1,0 +1,107 @@
+"""One-way pipes that carry pickled results with their arrays out of band: the workers' results to the main
+process (advisor.stream).
+
+A multiprocessing.Queue copies a result four times on its way in: the pickle's bytes, the pipe's chunks
+joined in a BytesIO, its value, and each array rebuilt from that value. With workers measuring a big log,
+those results (every request's token ids) are as large as the log, and the main process, the one that does
+not spread, spent a third of its time receiving them. Here a result is pickled with protocol 5, so its
+contiguous arrays stay out of the pickle: the sender writes them from their own memory and the receiver
+reads them straight into new arrays, one copy each way.
+
+A frame: the pickle's length and its buffer count (two little-endian u64), each buffer's length (u64),
+the pickle, then the buffers. The sender writes on a thread, so a process that sends ahead never blocks on
+a receiver that is busy elsewhere (as Queue's feeder thread does).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import struct
+import threading
+from typing import Any
+
+import numpy as np
+
+_COUNTS = struct.Struct("<QQ")
+
+
+class PipeClosed(EOFError):
+    """The sending end closed (its process exited) before a whole frame came."""
+
+
+class Sender:
+    """The sending end, in the worker: `send` pickles and queues; a thread writes the frames in order."""
+
+    def __init__(self, connection: Any):
+        self._connection = connection  # kept open while the thread writes to its descriptor
+        self._fd = connection.fileno()
+        self._frames: queue.SimpleQueue[tuple[bytes, list[pickle.PickleBuffer]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._write_frames, name="result-sender", daemon=True)
+        self._thread.start()
+
+    def send(self, value: Any) -> None:
+        """Queues `value` (its arrays are written from their memory: the caller must not change them)."""
+        buffers: list[pickle.PickleBuffer] = []
+        header = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+        self._frames.put((header, buffers))
+
+    def close(self) -> None:
+        """Writes what is queued, then closes the pipe."""
+        self._frames.put(None)
+        self._thread.join()
+        self._connection.close()
+
+    def _write_frames(self) -> None:
+        while (frame := self._frames.get()) is not None:
+            header, buffers = frame
+            raws = [buffer.raw() for buffer in buffers]
+            sizes = struct.pack(f"<{len(raws)}Q", *(raw.nbytes for raw in raws))
+            try:
+                _write_all(self._fd, _COUNTS.pack(len(header), len(raws)) + sizes + header)
+                for raw in raws:
+                    _write_all(self._fd, raw)
+            except BrokenPipeError:
+                return  # the receiver is gone (it stopped the run): nothing to deliver
+
+
+class Receiver:
+    """The receiving end, in the main process: `receive` blocks for the next value; PipeClosed when the
+    sender's process exited without sending it (every other copy of the sending end must be closed)."""
+
+    def __init__(self, connection: Any):
+        self._connection = connection
+        self._fd = connection.fileno()
+
+    def receive(self) -> Any:
+        header_size, count = _COUNTS.unpack(self._read(_COUNTS.size))
+        sizes = struct.unpack(f"<{count}Q", self._read(8 * count)) if count else ()
+        header = self._read(header_size)
+        buffers = []
+        for size in sizes:
+            buffer = np.empty(size, dtype=np.uint8)  # not zeroed: the read fills it
+            self._read_into(memoryview(buffer))
+            buffers.append(buffer)
+        return pickle.loads(header, buffers=buffers)
+
+    def close(self) -> None:
+        self._connection.close()
+
+    def _read(self, size: int) -> bytes:
+        buffer = bytearray(size)
+        self._read_into(memoryview(buffer))
+        return bytes(buffer)
+
+    def _read_into(self, view: memoryview) -> None:
+        got = 0
+        while got < view.nbytes:
+            read = os.readv(self._fd, [view[got:]])
+            if not read:
+                raise PipeClosed("the sending process closed its pipe")
+            got += read
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        view = view[os.write(fd, view):]
