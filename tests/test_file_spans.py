@@ -1,0 +1,58 @@
+"""Spans of a plain file (what workers read themselves) give exactly the lines and chunks one reader gives."""
+import random
+
+import pytest
+
+from advisor.errors import InputError
+from advisor.ingest import CHUNK_LINES, LineChunk, _io, read_parts
+from advisor.ingest._io import Source, file_spans, raw_lines, span_lines
+
+
+def _expected_chunks(lines: list, per: int) -> list[tuple[list, bool]]:
+    """`raw_lines` in lists of `per`, each with its last flag (an empty file: one empty chunk)."""
+    if not lines:
+        return [([], True)]
+    return [(lines[start:start + per], start + per >= len(lines)) for start in range(0, len(lines), per)]
+
+
+def test_spans_read_back_as_the_readers_lines_and_chunks(tmp_path, monkeypatch):
+    """Random files of blank, CRLF, over-long and unterminated lines, a BOM, cut at any line count and read in
+    blocks of any size: the spans' lines are raw_lines' (numbers, bytes, LongLine sizes), chunked alike."""
+    monkeypatch.setattr(_io, "MAX_LINE_BYTES", 50)
+    rng = random.Random(1)
+    path = tmp_path / "log.jsonl"
+    for _ in range(1500):
+        parts = [bytes(rng.choice(b'ab {}\r') for _ in range(rng.choice([0, 1, 3, 49, 50, 51, 120])))
+                 for _ in range(rng.choice([0, 1, 2, 3, 8, 16, 17, 40]))]
+        data = b"\n".join(parts) + (b"\n" if parts and rng.random() < 0.5 else b"")
+        if rng.random() < 0.1:
+            data = b"\xef\xbb\xbf" + data
+        path.write_bytes(data)
+        per, block = rng.choice([1, 2, 3, 8]), rng.choice([1, 2, 7, 64, 1 << 20])
+        expected = _expected_chunks(list(raw_lines(Source(str(path)))), per)
+        got = [(list(span_lines(span)), last) for span, last in file_spans(Source(str(path)), per, block)]
+        assert got == expected, (data, per, block)
+
+
+def test_read_parts_cuts_plain_files_and_reads_compressed_ones(tmp_path):
+    """A plain JSON Lines file goes out as spans, a .gz as its lines; both chunk as CHUNK_LINES lines."""
+    import gzip
+
+    data = b"".join(b'{"prompt": "p%d", "output_tokens": 3}\n' % i for i in range(CHUNK_LINES * 2 + 5))
+    plain, packed = tmp_path / "log.jsonl", tmp_path / "log.jsonl.gz"
+    plain.write_bytes(data)
+    packed.write_bytes(gzip.compress(data))
+    spans, lines = list(read_parts([str(plain)])), list(read_parts([str(packed)]))
+    assert all(isinstance(part, LineChunk) for part in spans + lines)
+    assert all(not isinstance(part.lines, list) for part in spans) and all(isinstance(part.lines, list) for part in lines)
+    assert [(p.first, p.last) for p in spans] == [(p.first, p.last) for p in lines] == [(True, False), (False, False), (False, True)]
+    assert [list(p.raw_lines()) for p in spans] == [p.lines for p in lines]
+
+
+def test_a_file_that_shrinks_after_it_was_cut_is_an_error(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"a": 1}\n' * 10)
+    (span, _), = file_spans(Source(str(path)), 100)
+    path.write_bytes(b'{"a": 1}\n' * 3)  # rotated or rewritten meanwhile
+    with pytest.raises(InputError, match=r"log.jsonl:4: the file got shorter while it was read"):
+        list(span_lines(span))
