@@ -11,8 +11,9 @@ batch before and parses the one after.
 
 With `workers` > 1 the heavy part runs in worker processes (tokenization holds the GIL). Files in a JSON
 Lines format (`advisor.ingest.LINE_READERS`: openai, bench-custom, mooncake, ShareGPT; a ShareGPT JSON array's
-conversations written back one per line) go to the workers as chunks of raw lines (`ingest.read_parts`),
-one chunk to one worker in turn, so parsing leaves the main process too:
+conversations written back one per line) go to the workers as chunks of raw lines (`ingest.read_parts`; a
+plain file's as byte ranges that the worker reads itself), one chunk to one worker in turn, so reading and
+parsing leave the main process too:
 a worker decodes and parses its chunk (`ingest.parse_chunk`: the problems with their line numbers), and
 measures it with the earlier outputs of the chunk's own conversations; the main process absorbs the
 chunks' ingest stats in file order and recomputes the overlap counts of the requests whose conversation
