@@ -7,7 +7,10 @@ the floor's own memory stays small on big logs); then only the encoding is timed
 earlier turns in every request, so this floor is far below encoding every prompt in whole.
 
 Then `advise` runs end to end as a child process (CLI, engine included, JSON report to a temporary file):
-the default run and `--no-replay`, and with --workers N also the default run on N worker processes. For
+the default run and `--no-replay`, and with --workers N also the default run on N worker processes. With
+--workers every run is pinned (sched_setaffinity) to as many cores as it has processes: a one-process run to
+one core, a run on N workers to N cores, so that the speed-up printed is the N-core run's against one core
+(unpinned, one process already spreads its encoder and replay threads over idle cores). For
 each: wall seconds, ratio floor / advise (1.0 = as fast as the tokenizer alone on distinct text; higher is
 impossible), the child's peak RSS (os.wait4) and its CPU seconds with the CPU ratio (floor CPU / advise CPU,
 steadier than wall time when other work shares the cores; with workers it counts every process, and the
@@ -113,9 +116,9 @@ class Run:
     main_cpu_s: float  # the child's own (with --workers: what is left of the work in the main process)
 
 
-def run_advise(paths: list[str], extra: list[str], tokenizer_spec: str | None) -> Run:
+def run_advise(paths: list[str], extra: list[str], tokenizer_spec: str | None, cores: set[int] | None = None) -> Run:
     """`advise` end to end in a child process (with its worker processes: Linux's wait4 counts the reaped
-    descendants too)."""
+    descendants too), on `cores` only when given (its workers inherit the affinity)."""
     with tempfile.TemporaryDirectory() as scratch:
         command = [sys.executable, "-c", CHILD, "profile", *paths, "--no-progress",
                    "-o", os.path.join(scratch, "report.json"), *extra]
@@ -123,7 +126,8 @@ def run_advise(paths: list[str], extra: list[str], tokenizer_spec: str | None) -
             command += ["--tokenizer", tokenizer_spec]
         main_cpu_file = os.path.join(scratch, "main_cpu")
         start = time.perf_counter()
-        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, env={**os.environ, "BENCH_MAIN_CPU": main_cpu_file})
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, env={**os.environ, "BENCH_MAIN_CPU": main_cpu_file},
+                                 preexec_fn=None if cores is None else lambda: os.sched_setaffinity(0, cores))
         _, status, usage = os.wait4(child.pid, 0)
         elapsed = time.perf_counter() - start
         if os.waitstatus_to_exitcode(status) != 0:
@@ -140,14 +144,21 @@ def main() -> None:
     parser.add_argument("--runs", default=",".join(RUNS), help=f"which advise runs, of {', '.join(RUNS)}")
     parser.add_argument("--workers", default=None,
                         help="also run the default profile on these many worker processes, e.g. 2 or 2,4,8 "
-                             "(advise --workers); prints the speed-up of each against one process")
+                             "(advise --workers), each pinned to as many cores; prints the speed-up of each against "
+                             "the default run on one core")
     args = parser.parse_args()
     runs = {name: RUNS[name] for name in args.runs.split(",")}
     worker_counts = [int(n) for n in args.workers.split(",")] if args.workers else []
+    available = sorted(os.sched_getaffinity(0))
+    pinned: dict[str, set[int]] = {}
     if worker_counts:
-        runs = {name: [*extra, "--workers", "1"] for name, extra in {"default": [], **runs}.items()}
+        if max(worker_counts) > len(available):
+            parser.error(f"--workers {max(worker_counts)}: only {len(available)} cores are available here")
+        runs = {f"{name}, 1 core": [*extra, "--workers", "1"] for name, extra in {"default": [], **runs}.items()}
+        pinned = dict.fromkeys(runs, set(available[:1]))
         for count in worker_counts:
-            runs[f"default, {count} workers"] = ["--workers", str(count)]
+            runs[f"default, {count} workers on {count} cores"] = ["--workers", str(count)]
+            pinned[f"default, {count} workers on {count} cores"] = set(available[:count])
 
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores")
     floor = tokenization_floor(args.logs, args.tokenizer)
@@ -162,15 +173,15 @@ def main() -> None:
         print(f"floor: no text in the log; reading it takes {floor_s:.2f} s")
     timings: dict[str, float] = {}
     for name, extra in runs.items():
-        run = run_advise(args.logs, extra, args.tokenizer)
+        run = run_advise(args.logs, extra, args.tokenizer, pinned.get(name))
         timings[name] = run.seconds
         print(f"advise {name}: {run.seconds:.2f} s, ratio floor / advise {floor_s / run.seconds:.3f},"
               f" peak RSS {run.peak_mib:,.0f} MiB, CPU {run.cpu_s:.1f} s (CPU ratio {floor_cpu_s / run.cpu_s:.3f})"
               + (f", main process {run.main_cpu_s:.1f} s CPU ({run.main_cpu_s / run.cpu_s:.0%} of it)"
                  if "workers" in name else ""))
     for count in worker_counts:
-        one, many = timings["default"], timings[f"default, {count} workers"]
-        print(f"speed-up with {count} workers: {one / many:.2f}x")
+        one, many = timings["default, 1 core"], timings[f"default, {count} workers on {count} cores"]
+        print(f"speed-up on {count} cores ({count} workers) against one core: {one / many:.2f}x")
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min)")
 
 

@@ -1,6 +1,7 @@
 """The `advise [profile]` command end to end: routing, JSON report, exit codes, privacy, real data."""
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -112,6 +113,16 @@ def test_exit_codes(tmp_path):
     code, _, err = run(str(FIXTURES / "code_editing.jsonl"), "--speculative-config", '{"method": "ngram", "bogus_key": 1}')
     assert code == EXIT_USAGE and "bogus_key" in err
     assert run(str(FIXTURES / "code_editing.jsonl"), "--speculative-config", "{not json")[0] == EXIT_USAGE
+
+
+def test_inputs_carry_size_and_sha256_of_each_file(tmp_path):
+    """The digests are computed on a thread while the logs stream: they must still be each whole file's."""
+    paths = [FIXTURES / "code_editing.jsonl", FIXTURES / "azure_trace.csv"]
+    report = run_json(*map(str, paths), "--no-recommend", "--no-replay")
+    assert [entry["path"] for entry in report["inputs"]] == [str(p) for p in paths]
+    for entry, path in zip(report["inputs"], paths):
+        data = path.read_bytes()
+        assert entry["bytes"] == len(data) and entry["sha256"] == hashlib.sha256(data).hexdigest()
 
 
 def test_bad_lines_are_reported_with_line_numbers():
