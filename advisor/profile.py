@@ -183,7 +183,7 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
     # the proposer replays.
     worker = ThreadPoolExecutor(max_workers=2)
     prefix_job = worker.submit(_prefix, c, *chains) if chains else None
-    apc_job = (worker.submit(_apc, c, order, options, timestamps, output_lens, latencies, replica_of)
+    apc_job = (worker.submit(_apc, c, order, options, timestamps, output_lens, latencies, replica_of, workers)
                if chains else None)
 
     overlap_section = None
@@ -336,9 +336,10 @@ def _chain_sample(c: stream.Collected) -> dict[str, Any] | None:
 
 
 def _apc(c: stream.Collected, order: np.ndarray, options: ProfileOptions, timestamps: np.ndarray,
-         output_lens: np.ndarray, latencies: np.ndarray, replica_of: np.ndarray) -> Apc:
+         output_lens: np.ndarray, latencies: np.ndarray, replica_of: np.ndarray, threads: int) -> Apc:
     """Finite-cache APC replay at the deployment's KV capacity, with the hit-rate-versus-capacity curve;
-    one cache per replica (`replica_of[row]`, advisor.measure.routing), each of that capacity.
+    one cache per replica (`replica_of[row]`, advisor.measure.routing), each of that capacity; the curve's
+    replays on `threads` threads (--workers: the same results).
 
     Capacity = KV budget / (KV bytes per token per rank x block size), the budget being
     --kv-cache-memory-bytes or GPU memory x utilization - weights per rank (activation peak and CUDA graphs
@@ -398,7 +399,7 @@ def _apc(c: stream.Collected, order: np.ndarray, options: ProfileOptions, timest
                 f" {ASSUMED_DECODE_S_PER_TOKEN * 1000:.0f} ms per output token"
             )
     data = apc.apc_report(chains, block_size, capacity, outputs, arrivals_s, durations,
-                          replicas=replica_of[rows]).to_dict()
+                          replicas=replica_of[rows], threads=threads).to_dict()
     data.update(capacity_source=source, kv_bytes_per_token=per_token, assumptions=assumptions)
     return section(Apc, data, "apc")
 

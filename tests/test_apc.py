@@ -189,6 +189,22 @@ def test_report_curve_and_ceiling():
     assert report.prefill_tokens_saved == report.at_capacity.hit_tokens
 
 
+def test_report_on_threads_equals_one_thread():
+    """The curve's replays run side by side (the kernel releases the GIL) and must not share state."""
+    rng = np.random.default_rng(8)
+    system = list(rng.integers(0, 40, 32))
+    reqs = [blocks(system[:rng.integers(8, 33)] + list(rng.integers(0, 40, 12)), [1, 2]) for _ in range(300)]
+    outputs = rng.integers(1, 40, 300)
+    arrivals = np.cumsum(rng.exponential(0.05, 300))
+    durations = rng.uniform(0.1, 2.0, 300)
+    replicas = rng.integers(0, 3, 300)
+    for kwargs in ({}, {"replicas": replicas}):
+        one = apc_report(reqs, B, 25, outputs, arrivals, durations, **kwargs)
+        many = apc_report(reqs, B, 25, outputs, arrivals, durations, threads=4, **kwargs)
+        assert many.to_dict() == one.to_dict()
+        assert len({point.hit_rate for point in one.curve}) > 2  # the sizes do differ
+
+
 def test_blocks_for_ceiling_is_the_capacity_that_evicts_nothing():
     """Concurrent requests hold un-hashed partial and decode blocks beside the cached content: a cache the
     size of the hashed content alone evicts (the SWE-agent curve ended at 76% against a 88.7% ceiling), one of

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -411,9 +412,11 @@ def apc_report(
     fractions: Sequence[float] = CURVE_FRACTIONS,
     footprint: tuple[np.ndarray, np.ndarray] | None = None,
     replicas: np.ndarray | None = None,
+    threads: int = 1,
 ) -> ApcReport:
     """Ceiling (infinite cache), hit rate at `capacity` blocks, and the curve at `fractions` of the blocks
-    the ceiling needs (plus `capacity` itself when given); `footprint` as in `simulate_apc`.
+    the ceiling needs (plus `capacity` itself when given); `footprint` as in `simulate_apc`. The replays at
+    the finite sizes run on up to `threads` threads (the compiled replay releases the GIL; the same results).
 
     `replicas[i]` is the replica serving request i (advisor.measure.routing; None: one). Each replica is a
     vLLM server with its own cache of `capacity` blocks that sees only its own requests: the replays run per
@@ -435,12 +438,12 @@ def apc_report(
         return _combined(runs, len(requests), block_size), max(touched for _, _, touched in runs)
 
     ceiling, needed = run(None)
-    at_capacity = run(capacity)[0] if capacity is not None else None
     sizes = sorted({max(1, int(round(needed * f))) for f in fractions} | ({capacity} if capacity else set()))
-    curve = []
-    for size in sizes:
-        result = at_capacity if at_capacity is not None and size == capacity else run(size)[0]
-        curve.append(CurvePoint(size, result.hit_rate))
+    finite = sorted(set(sizes) | ({capacity} if capacity is not None else set()))
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(finite)))) as pool:
+        results = dict(zip(finite, pool.map(lambda size: run(size)[0], finite)))
+    at_capacity = results[capacity] if capacity is not None else None
+    curve = [CurvePoint(size, results[size].hit_rate) for size in sizes]
     saved = (at_capacity or ceiling).hit_tokens
     return ApcReport(at_capacity, ceiling, int(needed), tuple(curve), saved)
 
