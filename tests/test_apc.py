@@ -205,6 +205,41 @@ def test_report_on_threads_equals_one_thread():
         assert len({point.hit_rate for point in one.curve}) > 2  # the sizes do differ
 
 
+def test_concurrent_replays_stay_within_their_memory_allowance(monkeypatch):
+    """The curve's replays overlap only as far as CONCURRENT_REPLAY_BYTES holds them (the RSS bound on big
+    logs, where one replay's arrays are tens of MB): with room for one, they run one at a time."""
+    import threading
+    import time
+
+    from advisor.measure import apc as apc_module
+
+    rng = np.random.default_rng(9)
+    reqs = [blocks(list(rng.integers(0, 40, 20)), [1]) for _ in range(200)]
+    active, most, lock = [0], [0], threading.Lock()
+    original = apc_module._Prepared.run
+
+    def counted(self, capacity):
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        time.sleep(0.05)
+        try:
+            return original(self, capacity)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(apc_module._Prepared, "run", counted)
+    one = apc_report(reqs, B, 25, threads=4)
+    assert most[0] > 1  # room for all of them: side by side
+    prepared = apc_module._Prepared(reqs, B, None, None, None)
+    needed = one.blocks_for_ceiling
+    monkeypatch.setattr(apc_module, "CONCURRENT_REPLAY_BYTES", prepared.replay_bytes(needed) + 1)
+    most[0] = 0
+    assert apc_report(reqs, B, 25, threads=4).to_dict() == one.to_dict()
+    assert most[0] == 1
+
+
 def test_blocks_for_ceiling_is_the_capacity_that_evicts_nothing():
     """Concurrent requests hold un-hashed partial and decode blocks beside the cached content: a cache the
     size of the hashed content alone evicts (the SWE-agent curve ended at 76% against a 88.7% ceiling), one of

@@ -40,6 +40,9 @@ from advisor.vllm_vocab import DEFAULT_GPU_MEMORY_UTILIZATION
 CURVE_FRACTIONS = (1 / 64, 1 / 16, 1 / 4, 1 / 2, 1.0)
 GPU_BLOCK_SIZE = 16
 CPU_BLOCK_SIZE = 128
+# What the curve's concurrent replays may hold together: a replay's arrays are sized by its capacity and the
+# distinct hashes, so on a big log one alone is tens of MB and they run one at a time (the RSS bound).
+CONCURRENT_REPLAY_BYTES = 128 << 20
 
 
 def kv_budget_bytes(
@@ -377,6 +380,10 @@ class _Prepared:
             if count and np.any(np.diff(self.arrival) < 0):
                 raise ValueError("requests must be in arrival order")
 
+    def replay_bytes(self, capacity: int) -> int:
+        """The bytes `run(capacity)` allocates (the kernel's per-block, per-hash and per-request arrays)."""
+        return 8 * (6 * capacity + 2 * self.num_hashes + int(self.held.sum()) + 3 * self.prompt.size)
+
     def run(self, capacity: int | None) -> tuple[ApcResult, int]:
         """(result, distinct blocks ever allocated) at `capacity` blocks (None: never evict)."""
         count = self.prompt.size
@@ -416,7 +423,8 @@ def apc_report(
 ) -> ApcReport:
     """Ceiling (infinite cache), hit rate at `capacity` blocks, and the curve at `fractions` of the blocks
     the ceiling needs (plus `capacity` itself when given); `footprint` as in `simulate_apc`. The replays at
-    the finite sizes run on up to `threads` threads (the compiled replay releases the GIL; the same results).
+    the finite sizes run on up to `threads` threads (the compiled replay releases the GIL; the same results),
+    as many at once as CONCURRENT_REPLAY_BYTES holds.
 
     `replicas[i]` is the replica serving request i (advisor.measure.routing; None: one). Each replica is a
     vLLM server with its own cache of `capacity` blocks that sees only its own requests: the replays run per
@@ -440,7 +448,9 @@ def apc_report(
     ceiling, needed = run(None)
     sizes = sorted({max(1, int(round(needed * f))) for f in fractions} | ({capacity} if capacity else set()))
     finite = sorted(set(sizes) | ({capacity} if capacity is not None else set()))
-    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(finite)))) as pool:
+    largest = max(replica.replay_bytes(finite[-1]) for _, replica in prepared)
+    threads = min(threads, len(finite), CONCURRENT_REPLAY_BYTES // max(largest, 1))
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         results = dict(zip(finite, pool.map(lambda size: run(size)[0], finite)))
     at_capacity = results[capacity] if capacity is not None else None
     curve = [CurvePoint(size, results[size].hit_rate) for size in sizes]
