@@ -1,0 +1,137 @@
+"""Where one `advise` run's wall time goes, with --workers: a timeline of the main process and each worker.
+
+bench_profile.py says how fast a run is against the floor; this says why a many-core run is not N times
+faster. It runs `build_profile` in this process (no CLI, no report written) with marks around its stages,
+wrapping the stream's own functions: when the pool started, when the stream ended, each analysis after it
+(its own seconds: they overlap on threads), the engine; how long the main process waited on the workers;
+and for each worker when it started, its first and last job, its busy seconds over how many chunks. Wall
+seconds and the main process's CPU seconds (its threads included) at each mark, and its peak RSS.
+
+    python scripts/bench_timeline.py /tmp/big_1G.jsonl 16     # the log, the worker count
+    python scripts/bench_timeline.py LOG 16 --in-flight 4       # stream.IN_FLIGHT_PER_WORKER for this run
+
+Workers report through files in a scratch directory (they are forked and leave through os._exit).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import tempfile
+import time
+from typing import Any, Callable
+
+START = time.perf_counter()
+
+from advisor import profile, stream  # noqa: E402  (the import is part of the timeline)
+from advisor.report import ProfileOptions  # noqa: E402
+
+marks: list[tuple[str, float, float]] = []  # (label, wall seconds since start, main-process CPU seconds)
+
+
+def mark(label: str) -> None:
+    marks.append((label, time.perf_counter() - START, time.process_time()))
+
+
+def timed(owner: Any, name: str, label: Callable[[float], str]) -> None:
+    """Replaces owner.name by a wrapper that marks its end, labelled with its own seconds."""
+    original = getattr(owner, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            mark(label(time.perf_counter() - began))
+
+    setattr(owner, name, wrapper)
+
+
+def instrument_workers(scratch: str) -> None:
+    """Each worker counts its busy time per chunk and writes it to `scratch` as it ends."""
+    measure_chunk, worker_main = stream._measure_chunk, stream._worker_main
+    busy: dict[str, Any] = {"seconds": 0.0, "chunks": 0, "first": None, "last": None}
+
+    def chunk(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        busy["first"] = busy["first"] if busy["first"] is not None else began - START
+        try:
+            return measure_chunk(*args, **kwargs)
+        finally:
+            busy["seconds"] += time.perf_counter() - began
+            busy["chunks"] += 1
+            busy["last"] = time.perf_counter() - START
+
+    def main(*args: Any, **kwargs: Any) -> None:
+        started = time.perf_counter() - START
+        try:
+            worker_main(*args, **kwargs)
+        finally:
+            with open(os.path.join(scratch, f"worker-{os.getpid()}.json"), "w") as out:
+                json.dump({"start": started, "end": time.perf_counter() - START, "cpu": time.process_time(),
+                           **busy}, out)
+
+    stream._measure_chunk, stream._worker_main = chunk, main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("log")
+    parser.add_argument("workers", type=int)
+    parser.add_argument("--in-flight", type=int, default=stream.IN_FLIGHT_PER_WORKER,
+                        help="chunks sent ahead to each worker (stream.IN_FLIGHT_PER_WORKER)")
+    args = parser.parse_args()
+    stream.IN_FLIGHT_PER_WORKER = args.in_flight
+    mark("imported")
+
+    waited = {"seconds": 0.0, "first": None}
+    receive = stream._receive
+
+    def receive_timed(*a: Any, **k: Any) -> Any:
+        began = time.perf_counter()
+        result = receive(*a, **k)
+        waited["seconds"] += time.perf_counter() - began
+        waited["first"] = waited["first"] if waited["first"] is not None else time.perf_counter() - START
+        return result
+
+    stream._receive = receive_timed
+    pool_start = stream._WorkerPool._start
+
+    def start_timed(self: Any, *a: Any, **k: Any) -> Any:
+        mark("pool start")
+        result = pool_start(self, *a, **k)
+        mark("pool started")
+        return result
+
+    stream._WorkerPool._start = start_timed
+    for name in ("_prefix", "_apc", "_replays", "_features"):
+        timed(profile, name, lambda seconds, name=name: f"  {name} ended ({seconds:.2f} s)")
+    assemble = profile._assemble
+
+    def assemble_timed(*a: Any, **k: Any) -> Any:
+        mark("stream done")
+        result = assemble(*a, **k)
+        mark("analyses done")
+        return result
+
+    profile._assemble = assemble_timed
+    with tempfile.TemporaryDirectory() as scratch:
+        instrument_workers(scratch)
+        profile.build_profile(ProfileOptions(paths=(args.log,)), workers=args.workers)
+        mark("recommended")
+        workers = [json.load(open(os.path.join(scratch, name))) for name in os.listdir(scratch)]
+
+    if waited["first"] is not None:
+        print(f"main process waited on the workers {waited['seconds']:.2f} s; first result at {waited['first']:.2f} s")
+    for label, wall, cpu in marks:
+        print(f"{wall:8.2f} s  main CPU {cpu:6.2f} s  {label}")
+    for worker in sorted(workers, key=lambda w: w["start"]):
+        print(f"worker: start {worker['start']:.2f} s, first job {worker['first'] or 0:.2f} s, last job ended"
+              f" {worker['last'] or 0:.2f} s, end {worker['end']:.2f} s; busy {worker['seconds']:.2f} s over"
+              f" {worker['chunks']} chunks, CPU {worker['cpu']:.2f} s")
+    print(f"peak RSS of the main process {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB")
+
+
+if __name__ == "__main__":
+    main()
