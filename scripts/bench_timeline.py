@@ -20,6 +20,7 @@ import os
 import resource
 import tempfile
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 START = time.perf_counter()
@@ -34,11 +35,14 @@ def mark(label: str) -> None:
     marks.append((label, time.perf_counter() - START, time.process_time()))
 
 
-def timed(owner: Any, name: str, label: Callable[[float], str]) -> None:
-    """Replaces owner.name by a wrapper that marks its end, labelled with its own seconds."""
+def timed(owner: Any, name: str, label: Callable[[float], str], before: str | None = None) -> None:
+    """Replaces owner.name by a wrapper that marks its end, labelled with its own seconds (and its start,
+    labelled `before`, when given)."""
     original = getattr(owner, name)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if before is not None:
+            mark(before)
         began = time.perf_counter()
         try:
             return original(*args, **kwargs)
@@ -96,31 +100,15 @@ def main() -> None:
         return result
 
     stream._receive = receive_timed
-    pool_start = stream._WorkerPool._start
-
-    def start_timed(self: Any, *a: Any, **k: Any) -> Any:
-        mark("pool start")
-        result = pool_start(self, *a, **k)
-        mark("pool started")
-        return result
-
-    stream._WorkerPool._start = start_timed
+    timed(stream._WorkerPool, "_start", lambda seconds: "pool started", before="pool start")
+    timed(profile, "_assemble", lambda seconds: "analyses done", before="stream done")
     for name in ("_prefix", "_apc", "_replays", "_features"):
         timed(profile, name, lambda seconds, name=name: f"  {name} ended ({seconds:.2f} s)")
-    assemble = profile._assemble
-
-    def assemble_timed(*a: Any, **k: Any) -> Any:
-        mark("stream done")
-        result = assemble(*a, **k)
-        mark("analyses done")
-        return result
-
-    profile._assemble = assemble_timed
     with tempfile.TemporaryDirectory() as scratch:
         instrument_workers(scratch)
         profile.build_profile(ProfileOptions(paths=(args.log,)), workers=args.workers)
         mark("recommended")
-        workers = [json.load(open(os.path.join(scratch, name))) for name in os.listdir(scratch)]
+        workers = [json.loads(Path(scratch, name).read_text()) for name in os.listdir(scratch)]
 
     if waited["first"] is not None:
         print(f"main process waited on the workers {waited['seconds']:.2f} s; first result at {waited['first']:.2f} s")
