@@ -11,6 +11,7 @@
 #   make:SIZE        /tmp/big_SIZE.jsonl from the real logs (scripts/make_big_log.py --size SIZE)
 #   cores:LOG:W      scripts/bench_profile.py LOG --runs default --workers W (W: a comma list)
 #   one:LOG          the same on one core (taskset -c 0: the floor and advise pinned alike), one process
+#   timeline:LOG:N   scripts/bench_timeline.py LOG N: where a run on N workers spends its time
 # LOG is a path, or big_SIZE for a generated log. Output: printed, and kept in $OUT (or ./out) per step.
 set -euo pipefail
 out=${OUT:-out}
@@ -45,6 +46,9 @@ for step in "$@"; do
         one)
             taskset -c 0 $python scripts/bench_profile.py "$(log_path "$arg1")" --runs default \
                 2>&1 | tee -a "$out/bench_host.txt"
+            ;;
+        timeline)
+            $python scripts/bench_timeline.py "$(log_path "$arg1")" "$arg2" 2>&1 | tee -a "$out/bench_host.txt"
             ;;
         *)
             echo "unknown step $step" >&2

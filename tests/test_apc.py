@@ -207,7 +207,8 @@ def test_report_on_threads_equals_one_thread():
 
 def test_concurrent_replays_stay_within_their_memory_allowance(monkeypatch):
     """The curve's replays overlap only as far as CONCURRENT_REPLAY_BYTES holds them (the RSS bound on big
-    logs, where one replay's arrays are tens of MB): with room for one, they run one at a time."""
+    logs, where one replay's arrays are tens of MB): the running replays' bytes never add up past it, and with
+    room for one they run one at a time."""
     import threading
     import time
 
@@ -215,29 +216,78 @@ def test_concurrent_replays_stay_within_their_memory_allowance(monkeypatch):
 
     rng = np.random.default_rng(9)
     reqs = [blocks(list(rng.integers(0, 40, 20)), [1]) for _ in range(200)]
-    active, most, lock = [0], [0], threading.Lock()
+    active: list[int] = []
+    most, lock = [0], threading.Lock()
+    prepared = apc_module._Prepared(reqs, B, None, None, None)
     original = apc_module._Prepared.run
 
     def counted(self, capacity):
         with lock:
-            active[0] += 1
-            most[0] = max(most[0], active[0])
+            active.append(capacity)
+            if len(active) > 1:
+                assert sum(prepared.replay_bytes(size) for size in active) <= apc_module.CONCURRENT_REPLAY_BYTES
+            most[0] = max(most[0], len(active))
         time.sleep(0.05)
         try:
             return original(self, capacity)
         finally:
             with lock:
-                active[0] -= 1
+                active.remove(capacity)
 
     monkeypatch.setattr(apc_module._Prepared, "run", counted)
     one = apc_report(reqs, B, 25, threads=4)
     assert most[0] > 1  # room for all of them: side by side
-    prepared = apc_module._Prepared(reqs, B, None, None, None)
     needed = one.blocks_for_ceiling
-    monkeypatch.setattr(apc_module, "CONCURRENT_REPLAY_BYTES", prepared.replay_bytes(needed) + 1)
-    most[0] = 0
-    assert apc_report(reqs, B, 25, threads=4).to_dict() == one.to_dict()
-    assert most[0] == 1
+    smallest = sorted(point.capacity_blocks for point in one.curve)[:3]
+    for allowance, overlap in ((prepared.replay_bytes(smallest[0]) + prepared.replay_bytes(smallest[1]) - 1, 1),
+                               (sum(prepared.replay_bytes(size) for size in smallest), 3)):
+        monkeypatch.setattr(apc_module, "CONCURRENT_REPLAY_BYTES", allowance)
+        most[0] = 0
+        assert apc_report(reqs, B, 25, threads=4).to_dict() == one.to_dict()
+        assert most[0] == overlap, allowance
+    assert needed > smallest[-1]
+
+
+def test_sizes_that_evict_nothing_are_the_ceilings_replay(monkeypatch):
+    """Only the sizes below `blocks_for_ceiling` are replayed again; a size at or above it takes the ceiling's
+    result, and every point equals the kernel's own replay at its size (with replicas too: each replica needs
+    at most the largest's blocks)."""
+    from advisor.measure import apc as apc_module
+
+    rng = np.random.default_rng(12)
+    system = list(rng.integers(0, 30, 24))
+    reqs = [blocks(system[:rng.integers(4, 25)] + list(rng.integers(0, 30, 10)), [1, 2]) for _ in range(150)]
+    outputs = rng.integers(1, 30, 150)
+    arrivals = np.cumsum(rng.exponential(0.1, 150))
+    durations = rng.uniform(0.1, 2.0, 150)
+    replicas = rng.integers(0, 2, 150)
+    original = apc_module._Prepared.run
+    replayed: set[int | None] = set()
+
+    def recorded(self, capacity):
+        replayed.add(capacity)
+        return original(self, capacity)
+
+    for kwargs in ({}, {"replicas": replicas}):
+        groups = [np.flatnonzero(replicas == r) for r in (0, 1)] if kwargs else [np.arange(150)]
+        needed = apc_report(reqs, B, None, outputs, arrivals, durations, **kwargs).blocks_for_ceiling
+        fractions = (1 / 16, 0.5, 0.75, (needed - 1) / needed, 1.0)
+        monkeypatch.setattr(apc_module._Prepared, "run", recorded)
+        replayed.clear()
+        report = apc_report(reqs, B, needed + 7, outputs, arrivals, durations, fractions, threads=3, **kwargs)
+        monkeypatch.setattr(apc_module._Prepared, "run", original)
+        sizes = [point.capacity_blocks for point in report.curve]
+        assert replayed == {None} | {size for size in sizes if size < needed}
+        assert sizes[-2:] == [needed, needed + 7] and report.at_capacity.capacity_blocks == needed + 7
+        for point in report.curve:
+            hits = np.zeros(150, np.int64)
+            for rows in groups:  # the replay at this size, replica by replica, straight from the kernel
+                exact = simulate_apc([reqs[i] for i in rows], B, point.capacity_blocks, outputs[rows],
+                                     arrivals[rows], durations[rows])
+                hits[rows] = exact.per_request_hit_tokens
+            assert point.hit_rate == hits.sum() / report.ceiling.prompt_tokens, point
+        assert report.at_capacity.per_request_hit_tokens.tolist() == hits.tolist()
+        assert {**report.at_capacity.to_dict(), "capacity_blocks": None} == report.ceiling.to_dict()
 
 
 def test_blocks_for_ceiling_is_the_capacity_that_evicts_nothing():

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import njit
@@ -41,7 +42,7 @@ CURVE_FRACTIONS = (1 / 64, 1 / 16, 1 / 4, 1 / 2, 1.0)
 GPU_BLOCK_SIZE = 16
 CPU_BLOCK_SIZE = 128
 # What the curve's concurrent replays may hold together: a replay's arrays are sized by its capacity and the
-# distinct hashes, so on a big log one alone is tens of MB and they run one at a time (the RSS bound).
+# distinct hashes, so on a big log one alone is tens of MB and only the small capacities overlap (the RSS bound).
 CONCURRENT_REPLAY_BYTES = 128 << 20
 
 
@@ -423,8 +424,8 @@ def apc_report(
 ) -> ApcReport:
     """Ceiling (infinite cache), hit rate at `capacity` blocks, and the curve at `fractions` of the blocks
     the ceiling needs (plus `capacity` itself when given); `footprint` as in `simulate_apc`. The replays at
-    the finite sizes run on up to `threads` threads (the compiled replay releases the GIL; the same results),
-    as many at once as CONCURRENT_REPLAY_BYTES holds.
+    the finite sizes below `blocks_for_ceiling` run on up to `threads` threads (the same results), as many at once
+    as CONCURRENT_REPLAY_BYTES holds; the sizes at or above it are the ceiling's replay.
 
     `replicas[i]` is the replica serving request i (advisor.measure.routing; None: one). Each replica is a
     vLLM server with its own cache of `capacity` blocks that sees only its own requests: the replays run per
@@ -448,14 +449,39 @@ def apc_report(
     ceiling, needed = run(None)
     sizes = sorted({max(1, int(round(needed * f))) for f in fractions} | ({capacity} if capacity else set()))
     finite = sorted(set(sizes) | ({capacity} if capacity is not None else set()))
-    largest = max(replica.replay_bytes(finite[-1]) for _, replica in prepared)
-    threads = min(threads, len(finite), CONCURRENT_REPLAY_BYTES // max(largest, 1))
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        results = dict(zip(finite, pool.map(lambda size: run(size)[0], finite)))
+    # A cache of at least `needed` blocks evicts nothing and replays exactly like the infinite one
+    # (ApcReport's docstring; tests/test_apc.py pins it against the replay at that size).
+    results = {size: replace(ceiling, capacity_blocks=size) for size in finite if 0 < needed <= size}
+    evicting = [size for size in finite if size not in results]
+    results.update(_within_allowance(evicting, lambda size: max(r.replay_bytes(size) for _, r in prepared),
+                                     lambda size: run(size)[0], threads))
     at_capacity = results[capacity] if capacity is not None else None
     curve = [CurvePoint(size, results[size].hit_rate) for size in sizes]
     saved = (at_capacity or ceiling).hit_tokens
     return ApcReport(at_capacity, ceiling, int(needed), tuple(curve), saved)
+
+
+def _within_allowance(sizes: list[int], cost: Callable[[int], int], replay: Callable[[int], ApcResult],
+                      threads: int) -> dict[int, ApcResult]:
+    """`replay(size)` for every size on up to `threads` threads (the compiled replay releases the GIL), a size
+    starting only while the replays running with it hold at most CONCURRENT_REPLAY_BYTES by `cost` (one always
+    runs). The smallest start first: they cost least and evict most, so they take longest."""
+    results: dict[int, ApcResult] = {}
+    pending = sorted(sizes)
+    threads = max(1, threads)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        running: dict[Future, int] = {}
+        while pending or running:
+            held = sum(cost(size) for size in running.values())
+            while pending and len(running) < threads and (
+                    not running or held + cost(pending[0]) <= CONCURRENT_REPLAY_BYTES):
+                held += cost(pending[0])
+                size = pending.pop(0)
+                running[pool.submit(replay, size)] = size
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                results[running.pop(future)] = future.result()
+    return results
 
 
 def _replica_groups(count: int, replicas: np.ndarray | None) -> list[np.ndarray]:
