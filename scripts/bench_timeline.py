@@ -3,7 +3,7 @@
 bench_profile.py says how fast a run is against the floor; this says why a many-core run is not N times
 faster. It runs `build_profile` in this process (no CLI, no report written) with marks around its stages,
 wrapping the stream's own functions: when the pool started, when the stream ended, each analysis after it
-(its own seconds: they overlap on threads), the engine; how long the main process waited on the workers;
+(its own seconds: they overlap on threads; the replays' ngram and suffix passes apart), the engine; how long the main process waited on the workers;
 and for each worker when it started, its first and last job, its busy seconds over how many chunks. Wall
 seconds and the main process's CPU seconds (its threads included) at each mark, and its peak RSS.
 
@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 START = time.perf_counter()
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as the CLI sets it (advisor/cli/__init__.py)
 
 from advisor import profile, stream  # noqa: E402  (the import is part of the timeline)
+from advisor.measure import ngram, specreplay  # noqa: E402
 from advisor.report import ProfileOptions  # noqa: E402
 
 marks: list[tuple[str, float, float]] = []  # (label, wall seconds since start, main-process CPU seconds)
@@ -104,6 +106,8 @@ def main() -> None:
     timed(profile, "_assemble", lambda seconds: "analyses done", before="stream done")
     for name in ("_prefix", "_apc", "_replays", "_features"):
         timed(profile, name, lambda seconds, name=name: f"  {name} ended ({seconds:.2f} s)")
+    timed(ngram, "replay_ngram", lambda seconds: f"    ngram pass ended ({seconds:.2f} s)")
+    timed(specreplay, "_suffix_counters", lambda seconds: f"    suffix pass ended ({seconds:.2f} s)")
     with tempfile.TemporaryDirectory() as scratch:
         instrument_workers(scratch)
         profile.build_profile(ProfileOptions(paths=(args.log,)), workers=args.workers)

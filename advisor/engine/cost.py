@@ -167,24 +167,29 @@ class CostModel:
         self._coefficients = self._calibration_coefficients()
         self._steps: dict[StepLoad, float] = {}
         self._open_loops: dict[tuple, LoadPoint] = {}
+        # The model's sizes, read once: ModelSpec's properties recompute them on every access (76,000 reads
+        # for one ShareGPT run, a quarter of the engine's time); the same expressions, so the same floats.
+        self._active_params = model.matmul_params
+        self._lm_head_params = model.lm_head_params
+        self._read_params = max(model.total_params - (0 if model.tie_word_embeddings else self._lm_head_params),
+                                self._active_params)
+        self._kv_bytes_per_token = kv_bytes_per_token_per_rank(model, tp)
 
     # -- per-token quantities ----------------------------------------------------------------------------
     def weight_bytes(self, tokens_in_step: float) -> float:
         """Weight bytes one GPU streams per step. MoE experts are read when any token routes to them."""
-        model = self.model
-        active = model.matmul_params
-        total = max(model.total_params - (0 if model.tie_word_embeddings else model.lm_head_params), active)
+        active, total = self._active_params, self._read_params
         if total > active:
             untouched = (1.0 - active / total) ** max(tokens_in_step, 1.0)
             params_read = active + (total - active) * (1.0 - untouched)
         else:
             params_read = active
-        return weight_bytes_per_rank(model, self.tp, params_read)
+        return weight_bytes_per_rank(self.model, self.tp, params_read)
 
     def kv_bytes_per_token(self, context: float) -> float:
         """KV bytes one GPU reads per token of context (sliding-window layers read at most their window)."""
         model = self.model
-        per_token = kv_bytes_per_token_per_rank(model, self.tp)
+        per_token = self._kv_bytes_per_token
         if model.sliding_window and context > 0:
             windowed = min(context, model.sliding_window) / context
             per_token *= (1 - model.sliding_window_share) + model.sliding_window_share * windowed
@@ -193,7 +198,7 @@ class CostModel:
     def flops_per_token(self, context: float, with_lm_head: bool = True) -> float:
         """2 FLOPs per active weight + attention (QK^T and PV: 4 * heads * head_dim * context per layer)."""
         model = self.model
-        params = model.matmul_params - (0.0 if with_lm_head else model.lm_head_params)
+        params = self._active_params - (0.0 if with_lm_head else self._lm_head_params)
         attention = 4.0 * model.num_layers * model.num_heads * model.head_dim * context
         return (2.0 * params + attention) / self.tp
 
