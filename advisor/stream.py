@@ -700,7 +700,7 @@ class _WorkerPool:
                 self.preloaded = tokenizer = load_tokenizer(self.options.tokenizer, self.options.model)
             except AdvisorError:
                 pass  # the workers load it when a request needs it, and fail there as one process would
-        if fork and tokenizer is not None:
+        if fork:  # token-free traces too: their chunks run the same chain and overlap kernels
             _load_kernels(self.options)
         # Jobs go in Queues, whose feeder threads buffer, so sending ahead never blocks on a worker that is
         # itself blocked sending a result; results come back on pipes that carry their arrays out of band
@@ -807,9 +807,10 @@ class _WorkerPool:
 
 
 def _load_kernels(options: StreamOptions) -> None:
-    """Measures a made-up request, so that the compiled kernels a worker runs on text are loaded before the
-    workers fork. Each worker loaded them from numba's cache at its first chunk otherwise: 0.4 s here,
-    1 s on 16 cores with 16 workers loading at once, before any result."""
+    """Measures a made-up request, so that the compiled kernels a worker runs (on text and on a token-free
+    trace's block ids alike) are loaded before the workers fork. Each worker loaded them from numba's cache
+    at its first chunk otherwise: 0.4-0.5 s here, 1-1.3 s on 16 cores with 16 workers loading at once, before
+    any result (a Mooncake trace on 16 workers ran slower than on one core)."""
     from advisor.record import Message
     from advisor.tokenize import PackedIds
 
