@@ -189,15 +189,21 @@ def test_report_curve_and_ceiling():
     assert report.prefill_tokens_saved == report.at_capacity.hit_tokens
 
 
+def _overlapping_requests(seed: int, count: int, vocabulary: int, system: int, gap_s: float, replicas: int):
+    """(requests, output tokens, arrivals, durations, replica per request): prompts that share a prefix of a
+    random share of one system prompt, running concurrently on `replicas` replicas."""
+    rng = np.random.default_rng(seed)
+    shared = list(rng.integers(0, vocabulary, system))
+    reqs = [blocks(shared[:rng.integers(system // 4, system + 1)] + list(rng.integers(0, vocabulary, 12)), [1, 2])
+            for _ in range(count)]
+    outputs = rng.integers(1, vocabulary, count)
+    arrivals = np.cumsum(rng.exponential(gap_s, count))
+    return reqs, outputs, arrivals, rng.uniform(0.1, 2.0, count), rng.integers(0, replicas, count)
+
+
 def test_report_on_threads_equals_one_thread():
     """The curve's replays run side by side (the kernel releases the GIL) and must not share state."""
-    rng = np.random.default_rng(8)
-    system = list(rng.integers(0, 40, 32))
-    reqs = [blocks(system[:rng.integers(8, 33)] + list(rng.integers(0, 40, 12)), [1, 2]) for _ in range(300)]
-    outputs = rng.integers(1, 40, 300)
-    arrivals = np.cumsum(rng.exponential(0.05, 300))
-    durations = rng.uniform(0.1, 2.0, 300)
-    replicas = rng.integers(0, 3, 300)
+    reqs, outputs, arrivals, durations, replicas = _overlapping_requests(8, 300, 40, 32, 0.05, 3)
     for kwargs in ({}, {"replicas": replicas}):
         one = apc_report(reqs, B, 25, outputs, arrivals, durations, **kwargs)
         many = apc_report(reqs, B, 25, outputs, arrivals, durations, threads=4, **kwargs)
@@ -254,13 +260,7 @@ def test_sizes_that_evict_nothing_are_the_ceilings_replay(monkeypatch):
     at most the largest's blocks)."""
     from advisor.measure import apc as apc_module
 
-    rng = np.random.default_rng(12)
-    system = list(rng.integers(0, 30, 24))
-    reqs = [blocks(system[:rng.integers(4, 25)] + list(rng.integers(0, 30, 10)), [1, 2]) for _ in range(150)]
-    outputs = rng.integers(1, 30, 150)
-    arrivals = np.cumsum(rng.exponential(0.1, 150))
-    durations = rng.uniform(0.1, 2.0, 150)
-    replicas = rng.integers(0, 2, 150)
+    reqs, outputs, arrivals, durations, replicas = _overlapping_requests(12, 150, 30, 24, 0.1, 2)
     original = apc_module._Prepared.run
     replayed: set[int | None] = set()
 
