@@ -47,10 +47,28 @@ def test_default_command_is_profile():
 
 
 def test_every_command_has_help():
-    for name, command in cli.commands.items():
+    """Every subcommand (loaded lazily, advisor.cli.COMMANDS) answers --help and is listed by `advise --help`."""
+    import click
+
+    names = cli.list_commands(click.Context(cli))
+    assert names == ["profile", "show", "lint", "whatif", "verify"]
+    _, top, _ = run("--help")
+    for name in names:
+        command = cli.get_command(click.Context(cli), name)
         code, out, _ = run(name, "--help")
-        assert code == 0 and command.help, name
+        assert code == 0 and command is not None and command.help, name
         assert len(out) > 200, name
+        assert f"\n  {name} " in top.split("Commands:")[1], name
+
+
+def test_profile_does_not_load_the_other_commands():
+    """`advise LOGS` imports only the profile command's modules: verify's HTTP client and server plumbing stay
+    out of every profile run's start."""
+    code = ("import sys; from advisor.cli import main; sys.argv = ['advise', '--version']; "
+            "import advisor.cli.profile; print([m for m in ('advisor.cli.verify', 'advisor.verify.runner', "
+            "'advisor.cli.lint', 'advisor.cli.whatif', 'advisor.cli.show') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_report_sections_and_disabled_analyses():
