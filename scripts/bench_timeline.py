@@ -3,9 +3,10 @@
 bench_profile.py says how fast a run is against the floor; this says why a many-core run is not N times
 faster. It runs `build_profile` in this process (no CLI, no report written) with marks around its stages,
 wrapping the stream's own functions: when the pool started, when the stream ended, each analysis after it
-(its own seconds: they overlap on threads; the replays' ngram and suffix passes apart), the engine; how long the main process waited on the workers;
-and for each worker when it started, its first and last job, its busy seconds over how many chunks. Wall
-seconds and the main process's CPU seconds (its threads included) at each mark, and its peak RSS.
+(its own seconds: they overlap on threads; the replays' ngram and suffix passes apart), the engine; how
+long the main process waited on the workers; and for each worker when it started, its first and last job,
+its busy seconds over how many chunks. Wall seconds and the main process's CPU seconds (its threads
+included) at each mark, and its peak RSS.
 
     python scripts/bench_timeline.py /tmp/big_1G.jsonl 16     # the log, the worker count
     python scripts/bench_timeline.py LOG 16 --in-flight 4       # stream.IN_FLIGHT_PER_WORKER for this run

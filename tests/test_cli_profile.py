@@ -64,11 +64,14 @@ def test_every_command_has_help():
 def test_profile_does_not_load_the_other_commands():
     """`advise LOGS` imports only the profile command's modules: verify's HTTP client and server plumbing stay
     out of every profile run's start."""
-    code = ("import sys; from advisor.cli import main; sys.argv = ['advise', '--version']; "
-            "import advisor.cli.profile; print([m for m in ('advisor.cli.verify', 'advisor.verify.runner', "
-            "'advisor.cli.lint', 'advisor.cli.whatif', 'advisor.cli.show') if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    code = ("import sys\nfrom advisor.cli import main\n"
+            f"sys.argv = ['advise', {str(FIXTURES / 'code_editing.jsonl')!r}, '--no-progress', '--json']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print([m for m in ('advisor.cli.verify', 'advisor.verify.runner', 'advisor.cli.lint', "
+            "'advisor.cli.whatif', 'advisor.cli.show') if m in sys.modules], file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert '"recommendation"' in done.stdout  # a whole profile ran
+    assert done.stderr.strip().splitlines()[-1] == "[]"
 
 
 def test_report_sections_and_disabled_analyses():
