@@ -28,11 +28,19 @@ def _gone(pgid: int, within_s: float = 5.0) -> bool:
     return group_members(pgid) == []
 
 
+def _members(pgid: int, count: int, within_s: float = 10.0) -> list[int]:
+    """The group's members once `count` have started (bash forks its sleeps when it gets the CPU: a fixed
+    wait failed on a loaded machine), or as many as there are at the deadline."""
+    deadline = time.monotonic() + within_s
+    while len(members := group_members(pgid)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return members
+
+
 def test_started_process_has_its_own_group_and_stop_kills_the_tree(tmp_path):
     proc = start_process(TREE, tmp_path / "log.txt", os.environ)
-    time.sleep(0.3)
+    assert len(_members(proc.pid, 3)) == 3
     assert os.getpgid(proc.pid) == proc.pid != os.getpgid(0)
-    assert len(group_members(proc.pid)) == 3
     stop_group(proc, grace_s=5)
     assert proc.returncode is not None
     assert _gone(proc.pid)
@@ -40,7 +48,7 @@ def test_started_process_has_its_own_group_and_stop_kills_the_tree(tmp_path):
 
 def test_process_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path):
     proc = start_process(["bash", "-c", "trap '' TERM; sleep 300 & wait"], tmp_path / "log.txt", os.environ)
-    time.sleep(0.3)
+    assert len(_members(proc.pid, 2)) == 2  # the sleep started, so the trap is set
     began = time.monotonic()
     stop_group(proc, grace_s=1)
     assert time.monotonic() - began >= 1
@@ -67,8 +75,7 @@ DRIVER = textwrap.dedent(
 def test_signals_to_the_owner_stop_the_group(tmp_path, sig):
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path / "log.txt")], stdout=subprocess.PIPE, text=True)
     pgid = int(driver.stdout.readline())
-    time.sleep(0.2)
-    assert group_members(pgid)
+    assert len(_members(pgid, 3)) == 3  # the whole tree is up before the signal
     driver.send_signal(sig)
     driver.wait(timeout=30)
     assert driver.returncode != 0
