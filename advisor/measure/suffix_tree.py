@@ -4,8 +4,10 @@ The same operations as tests/suffix_reference.py (itself a literal port of csrc/
 suffix_tree.cc): nodes and count groups live in int64 arrays, one row per id so that a node's fields share
 cache lines (-1 for null); children in one open-addressing hash table keyed by (parent << 32) | token
 (linear probing, backward-shift deletion: faster than numba's typed dict); free lists recycle removed nodes
-and groups; sequences are read from the caller's token array. tests/test_suffix.py checks it against the
-Python port, tests/test_replay_vllm.py against the real extension.
+and groups; sequences are read from the caller's token array. Speculation differs in form only: one walk
+per tree and step serves every k due there (`_speculate_paths`, `_pick`), with speculate's drafts and
+scores. tests/test_suffix.py checks it against the Python port, tests/test_replay_vllm.py against the real
+extension.
 """
 from __future__ import annotations
 
@@ -528,12 +530,19 @@ def _remove(tree, tokens, seq_id):
 
 
 @njit(cache=True)
-def _speculate(tree, tokens, ctx, cstart, cend, max_spec_tokens, factor, min_prob, out, scratch):
-    """Best draft into `out`; returns (length, float32 score). Pattern = ctx[cstart:cend]."""
+def _speculate_paths(tree, tokens, ctx, cstart, cend, max_spec_tokens, factor, min_prob, paths, sums, counts):
+    """arctic-inference's speculate (suffix_tree.cc), every candidate at once: for each match length m that
+    matches (pattern = ctx[cend-m:cend], m = 1, 2, ... until one does not), the greedy draft in paths[m-1],
+    its length in counts[m-1] and its running scores in sums[m-1] (sums[m-1, c] = score of its first c
+    tokens, float32 added in the same order). Returns how many match lengths matched.
+
+    A draft under a smaller budget b is the first min(b, counts[m-1]) tokens of the one under the largest
+    (the walk only stops sooner), with the score at that length: so one call serves every k due at a
+    step (`_pick`), where calling speculate per k walked the same tree again for each.
+    """
     nodes, children = tree[0], tree[3]
-    best_len = 0
-    best_score = np.float32(0.0)
     size = cend - cstart
+    matched = 0
     for match_len in range(1, size):
         node = 0
         idx = 0
@@ -554,14 +563,17 @@ def _speculate(tree, tokens, ctx, cstart, cend, max_spec_tokens, factor, min_pro
             break
         limit = int(np.float64(np.float32(np.float32(match_len) * factor)) + 1e-6)
         max_tokens = max(min(max_spec_tokens, limit), 0)
+        row = match_len - 1
         count = 0
         score = np.float32(0.0)
         prob = np.float32(1.0)
+        sums[row, 0] = score
         while count < max_tokens and prob >= min_prob:
             if idx < nodes[node, LENGTH]:
-                scratch[count] = _token_at(tree, tokens, nodes[node, REF_SEQ], nodes[node, REF_IDX] + idx)
+                paths[row, count] = _token_at(tree, tokens, nodes[node, REF_SEQ], nodes[node, REF_IDX] + idx)
                 count += 1
                 score = np.float32(score + prob)
+                sums[row, count] = score
                 idx += 1
             else:
                 child = nodes[node, HEAD]
@@ -570,11 +582,25 @@ def _speculate(tree, tokens, ctx, cstart, cend, max_spec_tokens, factor, min_pro
                 prob = np.float32(prob * np.float32(np.float32(nodes[child, COUNT]) / np.float32(nodes[node, COUNT])))
                 node = child
                 idx = 0
-        if score >= best_score:
-            best_score = score
+        counts[row] = count
+        matched = match_len
+    return matched
+
+
+@njit(cache=True)
+def _pick(matched, counts, sums, budget):
+    """(match length - 1 or -1, draft length, float32 score) of speculate's best draft under `budget`
+    from `_speculate_paths`' candidates: the highest score, the longest match among equal ones."""
+    best = -1
+    best_len = 0
+    best_score = np.float32(0.0)
+    for row in range(matched):
+        count = min(budget, counts[row])
+        if sums[row, count] >= best_score:
+            best_score = sums[row, count]
             best_len = count
-            out[:count] = scratch[:count]
-    return best_len, best_score
+            best = row
+    return best, best_len, best_score
 
 
 @njit(cache=True, nogil=True)  # releases the GIL: replays run side by side in threads
@@ -591,10 +617,16 @@ def _replay_kernel(tokens, offsets, prompt_lens, wanted, ks, max_depth, max_cach
     top_k = 0
     for k in ks:
         top_k = max(top_k, k)
-    out = np.empty(max(top_k, 1), np.int64)
-    other = np.empty(max(top_k, 1), np.int64)
-    scratch = np.empty(max(top_k, 1), np.int64)
+    # Both trees' candidate drafts at a step (`_speculate_paths`), shared by every k due at it.
+    mine_paths = np.empty((max(max_depth, 1), max(top_k, 1)), np.int64)
+    their_paths = np.empty((max(max_depth, 1), max(top_k, 1)), np.int64)
+    mine_sums = np.empty((max(max_depth, 1), max(top_k, 1) + 1), np.float32)
+    their_sums = np.empty((max(max_depth, 1), max(top_k, 1) + 1), np.float32)
+    mine_counts = np.empty(max(max_depth, 1), np.int64)
+    their_counts = np.empty(max(max_depth, 1), np.int64)
     next_step = np.empty(ks.shape[0], np.int64)
+    mine_matched = 0
+    their_matched = 0
     for r in range(count):
         prompt = prompt_lens[r]
         start = offsets[r]
@@ -637,23 +669,31 @@ def _replay_kernel(tokens, offsets, prompt_lens, wanted, ks, max_depth, max_cach
                 break
             t = prompt + emitted
             end = start + t
+            top_budget = -1  # the largest budget of the ks due at this step (-1: none speculates)
+            if t < limit:
+                for ki in range(ks.shape[0]):
+                    if next_step[ki] == emitted:
+                        top_budget = max(top_budget, min(ks[ki], limit - t - 1))
+            if top_budget >= 0:
+                pstart = max(start, end - max_depth)
+                mine_matched = _speculate_paths(local, tokens, tokens, pstart, end, top_budget, factor, min_prob,
+                                                mine_paths, mine_sums, mine_counts)
+                their_matched = _speculate_paths(global_tree, tokens, tokens, pstart, end, top_budget, factor,
+                                                 min_prob, their_paths, their_sums, their_counts)
             for ki in range(ks.shape[0]):
                 if next_step[ki] != emitted:
                     continue
-                k = ks[ki]
                 length = 0
-                draft = out
+                draft = mine_paths[0]
                 if t < limit:
-                    budget = min(k, limit - t - 1)
-                    pstart = max(start, end - max_depth)
-                    mine, my_score = _speculate(local, tokens, tokens, pstart, end, budget, factor, min_prob,
-                                                out, scratch)
-                    theirs, their_score = _speculate(global_tree, tokens, tokens, pstart, end, budget, factor,
-                                                     min_prob, other, scratch)
-                    length = mine
+                    budget = min(ks[ki], limit - t - 1)
+                    mine, length, my_score = _pick(mine_matched, mine_counts, mine_sums, budget)
+                    theirs, their_len, their_score = _pick(their_matched, their_counts, their_sums, budget)
+                    if mine >= 0:
+                        draft = mine_paths[mine]
                     if my_score < their_score:
-                        length = theirs
-                        draft = other
+                        length = their_len
+                        draft = their_paths[theirs]
                 remaining = outputs - emitted
                 matched = 0
                 while matched < length and matched < remaining and draft[matched] == tokens[end + matched]:
