@@ -26,6 +26,8 @@ tokenizer and piece cache, its share of the context budget, one chunk's outputs.
 from __future__ import annotations
 
 import collections
+import contextlib
+import gc
 import itertools
 import multiprocessing
 import sys
@@ -57,6 +59,8 @@ PREFIX_BLOCK_BUDGET = 3_000_000
 CONTEXT_TOKEN_BUDGET = 4_000_000
 IN_FLIGHT_PER_WORKER = 2  # batches sent ahead of the one being collected
 RECOUNTS_PENDING = 256  # overlap counts of crossing conversations computed ahead of their collection (_Crossings)
+# The cyclic collector's first threshold while streaming (Python's default: 700), see _fewer_collections.
+STREAM_GC_THRESHOLD = 100_000
 
 Progress = Callable[[int], None]
 
@@ -521,6 +525,33 @@ def collect(parts: Iterable[Request | ingest.LineChunk], options: StreamOptions,
     `parts`: requests (`ingest.read_requests`), or with workers `ingest.read_parts`, whose chunks of raw lines
     the workers parse (under `strict`): their ingest stats are absorbed into `stats` in file order.
     """
+    with _fewer_collections():
+        out = _collect(parts, options, tokenizer_state, workers, progress, stats, strict)
+    # The whole-log analyses that follow need the memory more than the piece cache does.
+    if "request_tokenizer" in tokenizer_state:
+        tokenizer_state["request_tokenizer"].clear_cache()
+    return out
+
+
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Python's cyclic garbage collector, rarely, while the stream runs (its workers fork inside, so they
+    inherit it). Records, their dicts and the plans are freed by reference counting as each batch ends,
+    but with the default threshold every 700 net allocations start a collection, and the older generations'
+    scan the caches' and the imports' long-lived objects: 1,173 collections, 0.71 s of a 15 s one-core run
+    on the 200 MB log (4.7%), against 210 and 0.11 s with this threshold (all after the stream), the same
+    peak RSS."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(STREAM_GC_THRESHOLD, *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def _collect(parts: Iterable[Request | ingest.LineChunk], options: StreamOptions, tokenizer_state: dict[str, Any],
+             workers: int, progress: Progress | None, stats: ingest.IngestStats | None, strict: bool) -> Collected:
+    """`collect` under `_fewer_collections`."""
     out = Collected(options.seed)
     if workers <= 1:
         context = state.ContextOutputs(CONTEXT_TOKEN_BUDGET)
@@ -553,9 +584,6 @@ def collect(parts: Iterable[Request | ingest.LineChunk], options: StreamOptions,
                 if progress:
                     progress(measured.size)
             crossings.settle(out, 0)
-    # The whole-log analyses that follow need the memory more than the piece cache does.
-    if "request_tokenizer" in tokenizer_state:
-        tokenizer_state["request_tokenizer"].clear_cache()
     return out
 
 

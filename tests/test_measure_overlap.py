@@ -132,3 +132,14 @@ def test_packed_counts_equal_one_request_at_a_time() -> None:
     packed = overlap.overlap_counts_packed(ids, starts, prompt_lens, output_lens, rows, [contexts[r] for r in rows])
     for k, r in enumerate(rows):
         np.testing.assert_array_equal(packed[k], overlap.overlap_counts(prompts[r], outputs[r], contexts[r]))
+
+
+def test_scratch_tables_are_left_empty() -> None:
+    """Calls share their thread's n-gram tables without clearing them whole: each call must reset what it
+    set, or the next output would find the last one's n-grams (and a full table would never end a probe)."""
+    rng = np.random.default_rng(8)
+    for size in (1, 5, 300, 2_000):
+        output = rng.integers(0, 40, size)
+        overlap.overlap_counts(rng.integers(0, 40, 500), output, [output[: size // 2]])
+        assert (overlap._scratch.levels == -1).all()
+        assert (overlap._scratch.table == -1).all()

@@ -419,3 +419,29 @@ def test_records_sent_to_workers_pickle_by_field_values():
         class Derived:
             value: int
             twice: int = field(init=False, default=0)
+
+
+def test_the_stream_collects_cycles_rarely_and_restores_the_collector(tmp_path):
+    """The cyclic collector runs with STREAM_GC_THRESHOLD while requests stream (most of a one-core run's
+    collections were there) and gets the caller's thresholds back, also when the stream fails."""
+    import gc
+
+    from advisor.ingest import read_requests
+
+    path = tmp_path / "log.jsonl"
+    line = {"prompt": "Say hi", "completion": "hi there", "timestamp": 1.0}
+    path.write_bytes(b"\n".join(orjson.dumps(line) for _ in range(300)) + b"\n")
+    before = gc.get_threshold()
+    seen: list[int] = []
+    stream.collect(read_requests([str(path)]), stream.StreamOptions(None, None, 16, 512, 0), {},
+                   progress=lambda done: seen.append(gc.get_threshold()[0]))
+    assert seen and set(seen) == {stream.STREAM_GC_THRESHOLD}
+    assert gc.get_threshold() == before
+
+    def failing():
+        yield from read_requests([str(path)])
+        raise RuntimeError("the log broke")
+
+    with pytest.raises(RuntimeError):
+        stream.collect(failing(), stream.StreamOptions(None, None, 16, 512, 0), {})
+    assert gc.get_threshold() == before

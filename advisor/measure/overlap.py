@@ -45,10 +45,9 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
 @njit(cache=True, inline="always")
-def _find(table: np.ndarray, level: int, bits: int, key: int, new_number: int) -> int:
-    """The number of `key` in level `level` of an open-addressing table of 2**bits slots per level, stored
-    as (key, number) int32 pairs side by side (one cache line per probe); a missing key is inserted with
-    `new_number` when that is >= 0, and `new_number` returned (-1: look up only, not found). Fibonacci
+def _slot(table: np.ndarray, level: int, bits: int, key: int) -> int:
+    """Where `key` is in level `level` of an open-addressing table of 2**bits slots per level, stored as
+    (key, number) pairs side by side (one cache line per probe), or the empty slot it would take. Fibonacci
     hashing: the top `bits` bits of key x 2**64/phi."""
     mask = (1 << bits) - 1
     slot = np.int64((np.uint64(key) * _GOLDEN) >> np.uint64(64 - bits))
@@ -56,14 +55,16 @@ def _find(table: np.ndarray, level: int, bits: int, key: int, new_number: int) -
     while True:
         at = 2 * (base + slot)
         stored = table[at]
-        if stored == key:
-            return table[at + 1]
-        if stored == _EMPTY:
-            if new_number >= 0:
-                table[at] = key
-                table[at + 1] = new_number
-            return new_number
+        if stored == key or stored == _EMPTY:
+            return at
         slot = (slot + 1) & mask
+
+
+@njit(cache=True, inline="always")
+def _find(table: np.ndarray, level: int, bits: int, key: int) -> int:
+    """The number of `key` in level `level` of the table, -1 when it is not there."""
+    at = _slot(table, level, bits, key)
+    return table[at + 1] if table[at] == key else -1
 
 
 @njit(cache=True)
@@ -93,7 +94,7 @@ def _mark_found(pool: np.ndarray, bounds: np.ndarray, vocabulary: np.ndarray, ta
             for n in range(2, min(depth + 1, max_n) + 1):
                 key = carried * base + last
                 carried = ends[n - 1]
-                number = _find(table, n - 1, bits, key, -1)
+                number = _find(table, n - 1, bits, key)
                 if number < 0:
                     break
                 found[level_offsets[n - 1] + number] = True
@@ -104,17 +105,20 @@ def _mark_found(pool: np.ndarray, bounds: np.ndarray, vocabulary: np.ndarray, ta
 
 @njit(cache=True, nogil=True)
 def _count_pools(output: np.ndarray, prompt: np.ndarray, prompt_bounds: np.ndarray, context: np.ndarray,
-                 context_bounds: np.ndarray, max_n: int, vocabulary: np.ndarray, counts: np.ndarray) -> None:
+                 context_bounds: np.ndarray, max_n: int, vocabulary: np.ndarray, levels: np.ndarray,
+                 counts: np.ndarray) -> None:
     """counts[0]: the output's n-gram positions per n; counts[1]: how many occur in the prompt's segments
     (`prompt_bounds` into `prompt`), counts[2]: in the context's (`context_bounds` into `context`; a
     conversation's earlier outputs stay separate segments).
 
-    `vocabulary` is scratch (token id -> number, -1 elsewhere, longer than the output's largest id): set
-    for the output's tokens here and reset before returning, so no call pays for clearing a
-    vocabulary-sized array. The output's distinct n-grams are numbered in order of first appearance, level
-    by level, in one open-addressing level per n with at least twice as many slots as the output has
-    positions; keys (number of the (n-1)-prefix x (distinct tokens + 1) + number of the last token) are
-    exact, so no collision can miscount.
+    `vocabulary` and `levels` are scratch, all -1, left so: `vocabulary` maps token id -> number (longer
+    than the output's largest id), `levels` holds the n-gram tables (int32, at least 2 * max_n * 2**bits
+    slots for this output's bits). Only the entries set are reset before returning, so no call pays for
+    clearing a vocabulary-sized array or its tables (filling them was most of the cost of short outputs).
+    The output's distinct n-grams are numbered in order of first appearance, level by level, in one
+    open-addressing level per n with at least twice as many slots as the output has positions; keys
+    (number of the (n-1)-prefix x (distinct tokens + 1) + number of the last token) are exact, so no
+    collision can miscount.
     """
     size = output.size
     numbers = np.empty((max_n, size), dtype=np.int64)  # numbers[n-1, i]: the n-gram at i, numbered
@@ -129,12 +133,11 @@ def _count_pools(output: np.ndarray, prompt: np.ndarray, prompt_bounds: np.ndarr
         bits += 1
     # Keys below (size + 1)**2 fit int32 up to 46,340 output tokens; longer outputs take int64 pairs.
     if (size + 1) * (size + 1) < 2**31:
-        table32 = np.full(2 * max_n << bits, _EMPTY, dtype=np.int32)
-        _count_levels(numbers, distinct, table32, bits, prompt, prompt_bounds, context, context_bounds, max_n,
+        _count_levels(numbers, distinct, levels, bits, prompt, prompt_bounds, context, context_bounds, max_n,
                       vocabulary, counts)
     else:
-        table64 = np.full(2 * max_n << bits, _EMPTY, dtype=np.int64)
-        _count_levels(numbers, distinct, table64, bits, prompt, prompt_bounds, context, context_bounds, max_n,
+        wide = np.full(2 * max_n << bits, _EMPTY, dtype=np.int64)
+        _count_levels(numbers, distinct, wide, bits, prompt, prompt_bounds, context, context_bounds, max_n,
                       vocabulary, counts)
     for i in range(size):
         vocabulary[output[i]] = -1
@@ -149,13 +152,20 @@ def _count_levels(numbers: np.ndarray, distinct: int, table: np.ndarray, bits: i
     offsets = np.zeros(max_n + 1, dtype=np.int64)  # found[offsets[n-1] + number]: level n's numbers
     base = distinct + 1
     offsets[1] = distinct
+    taken = np.empty(max(0, (max_n - 1) * size), dtype=np.int64)  # the slots set, to reset at the end
+    used = 0
     for n in range(2, max_n + 1):
         distinct = 0
         for i in range(max(0, size - n + 1)):
-            number = _find(table, n - 1, bits, numbers[n - 2, i] * base + numbers[0, i + n - 1], distinct)
-            if number == distinct:
+            key = numbers[n - 2, i] * base + numbers[0, i + n - 1]
+            at = _slot(table, n - 1, bits, key)
+            if table[at] == _EMPTY:
+                table[at] = key
+                table[at + 1] = distinct
+                taken[used] = at
+                used += 1
                 distinct += 1
-            numbers[n - 1, i] = number
+            numbers[n - 1, i] = table[at + 1]
         offsets[n] = offsets[n - 1] + distinct
     for n in range(1, max_n + 1):
         counts[0, n - 1] = max(0, size - n + 1)
@@ -173,12 +183,15 @@ def _count_levels(numbers: np.ndarray, distinct: int, table: np.ndarray, bits: i
                 if found[offsets[n - 1] + numbers[n - 1, i]]:
                     hits += 1
             counts[row, n - 1] = hits
+    for j in range(used):
+        table[taken[j]] = _EMPTY
+        table[taken[j] + 1] = _EMPTY
 
 
 @njit(cache=True, nogil=True)
 def _count_packed(ids: np.ndarray, starts: np.ndarray, prompt_lens: np.ndarray, output_lens: np.ndarray,
                   rows: np.ndarray, context: np.ndarray, context_bounds: np.ndarray, bound_starts: np.ndarray,
-                  max_n: int, vocabulary: np.ndarray, counts: np.ndarray) -> None:
+                  max_n: int, vocabulary: np.ndarray, levels: np.ndarray, counts: np.ndarray) -> None:
     prompt_bounds = np.zeros(2, dtype=np.int64)
     for k in range(rows.size):
         r = rows[k]
@@ -186,18 +199,23 @@ def _count_packed(ids: np.ndarray, starts: np.ndarray, prompt_lens: np.ndarray, 
         middle = start + prompt_lens[r]
         prompt_bounds[1] = prompt_lens[r]
         _count_pools(ids[middle:middle + output_lens[r]], ids[start:middle], prompt_bounds, context,
-                     context_bounds[bound_starts[k]:bound_starts[k + 1]], max_n, vocabulary, counts[k])
+                     context_bounds[bound_starts[k]:bound_starts[k + 1]], max_n, vocabulary, levels, counts[k])
 
 
 _scratch = threading.local()
 
 
-def _scratch_table(largest: int) -> np.ndarray:
-    """This thread's token table for `_count_pools`, all -1, grown to cover token ids up to `largest`."""
+def _scratch_tables(largest: int, longest: int, max_n: int) -> tuple[np.ndarray, np.ndarray]:
+    """This thread's scratch for `_count_pools`, all -1: the token table, grown to cover token ids up to
+    `largest`, and the n-gram tables, grown to fit an output of `longest` tokens."""
     table = getattr(_scratch, "table", None)
     if table is None or table.size <= largest:
         table = _scratch.table = np.full(max(largest + 1, 1 << 17), -1, dtype=np.int32)
-    return table
+    bits = max(1, (2 * longest - 1).bit_length())  # the smallest with 2**bits >= 2 * longest, as _count_pools
+    levels = getattr(_scratch, "levels", None)
+    if levels is None or levels.size < 2 * max_n << bits:
+        levels = _scratch.levels = np.full(2 * max_n << bits, _EMPTY, dtype=np.int32)
+    return table, levels
 
 
 def _token_array(ids: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -246,7 +264,7 @@ def overlap_counts(
     context_bounds = np.cumsum([0] + [segment.size for segment in earlier], dtype=np.int64)
     counts = np.zeros((3, max_n), dtype=np.int64)
     _count_pools(output, prompt, np.array([0, prompt.size], dtype=np.int64), pool, context_bounds, max_n,
-                 _scratch_table(int(output.max()) if output.size else 0), counts)
+                 *_scratch_tables(int(output.max()) if output.size else 0, output.size, max_n), counts)
     return counts
 
 
@@ -277,10 +295,13 @@ def overlap_counts_packed(ids: np.ndarray, starts: np.ndarray, prompt_lens: np.n
             bounds.append(offset)
         bound_starts[k + 1] = len(bounds)
     counts = np.zeros((len(contexts), 3, max_n), dtype=np.int64)
+    rows = np.asarray(rows, dtype=np.int64)
+    output_lens = np.asarray(output_lens, dtype=np.int64)
+    longest = int(output_lens[rows].max()) if rows.size else 0
     _count_packed(ids, np.asarray(starts, dtype=np.int64), np.asarray(prompt_lens, dtype=np.int64),
-                  np.asarray(output_lens, dtype=np.int64), np.asarray(rows, dtype=np.int64), pool,
+                  output_lens, rows, pool,
                   np.array(bounds, dtype=np.int64), bound_starts, max_n,
-                  _scratch_table(int(ids.max()) if ids.size else 0), counts)
+                  *_scratch_tables(int(ids.max()) if ids.size else 0, longest, max_n), counts)
     return counts
 
 
