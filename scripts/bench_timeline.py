@@ -105,7 +105,7 @@ def main() -> None:
     stream._receive = receive_timed
     timed(stream._WorkerPool, "_start", lambda seconds: "pool started", before="pool start")
     timed(profile, "_assemble", lambda seconds: "analyses done", before="stream done")
-    for name in ("_prefix", "_apc", "_replays", "_features"):
+    for name in ("_prefix", "_apc", "_replays", "_features", "_segments"):
         timed(profile, name, lambda seconds, name=name: f"  {name} ended ({seconds:.2f} s)")
     timed(ngram, "replay_ngram", lambda seconds: f"    ngram pass ended ({seconds:.2f} s)")
     timed(specreplay, "_suffix_counters", lambda seconds: f"    suffix pass ended ({seconds:.2f} s)")

@@ -153,6 +153,21 @@ def test_segments_found_in_mixed_traffic_only() -> None:
     assert segment_requests(None) == []
 
 
+def test_profile_segments_its_features_beside_the_analyses() -> None:
+    """build_profile runs the segmentation on a thread while it analyses: the recommendation carries what
+    segment_requests gives for the profile's features, and --no-recommend runs none."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from advisor.profile import ProfileOptions, build_profile
+
+    options = ProfileOptions(paths=(str(Path(__file__).parent.parent / "fixtures" / "code_editing.jsonl"),))
+    profile = build_profile(options)
+    assert profile.report.recommendation.segments
+    assert profile.report.recommendation.segments == tuple(segment_requests(profile.features))
+    assert build_profile(replace(options, recommend=False)).report.recommendation is None
+
+
 def test_tpot_by_concurrency_follows_the_cost_model_and_the_gain_shrinks_with_load() -> None:
     from advisor.engine.cost import CostModel
     from advisor.hardware import resolve_gpu, resolve_model

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -588,12 +589,14 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
 # ---------------------------------------------------------------------------------------------------------
 
 
-def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc.Recommendation:
+def decide(report: Report, features: dict[str, np.ndarray] | None = None,
+           segments: Sequence[doc.Segment] | None = None) -> doc.Recommendation:
     """Recommends APC and a speculative config for the profiled workload (see the module docstring).
 
     The deployment facts come from `report.options` (model, gpu, tp, max_num_seqs, request_rate); `features`
-    are the profile's per-request arrays for segmentation (`advisor.profile.Profile.features`). Returns the
-    document's `recommendation` section without its `emitted` forms (`advisor.emit.configs.render_configs`).
+    are the profile's per-request arrays for segmentation (`advisor.profile.Profile.features`), or
+    `segments` is what `segment_requests(features)` gave (the profile runs it beside its analyses). Returns
+    the document's `recommendation` section without its `emitted` forms (`advisor.emit.configs.render_configs`).
     """
     options = report.options
     assumptions: list[str] = []
@@ -685,7 +688,7 @@ def decide(report: Report, features: dict[str, np.ndarray] | None = None) -> doc
         predicted=predicted,
         assumptions=tuple(assumptions),
         target=doc.Target(model=options.model or model.name, gpu=gpu.name, tp=options.tp, gpu_given=gpu_given),
-        segments=tuple(segment_requests(features)),
+        segments=tuple(segment_requests(features) if segments is None else segments),
         derived_flags=tuple(flags),
         candidates=tuple(c.section() for c in candidates),
         tpot_by_concurrency=tpot_by_concurrency(cost, workload, candidates, chosen, max_batch),
