@@ -13,7 +13,7 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ from advisor.report import (
     Report,
     Routing,
     Sampling,
+    Segment,
     TokenizerSection,
     section,
 )
@@ -123,22 +124,26 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None,
     # imports) beside the analyses instead of after them, 0.2-0.3 s of k-means and silhouette off a
     # many-core run's last stretch. On one core the thread only competes (ShareGPT pinned to one core here:
     # 5.8-6.1 s against 5.6-5.8 s).
-    segmenter = ThreadPoolExecutor(max_workers=1)
-    segmenting = (segmenter.submit(_segments, features)
-                  if options.recommend and len(os.sched_getaffinity(0)) > 1 else None)
-    try:
-        report = replace(_assemble(options, ingest_stats, collected, tokenizer_info, workers, digests),
-                         verify_history=history)
-        if runners and collected.replay_inputs:
-            report = _with_draft_replays(report, runners, collected, options, draft_progress)
-        if options.recommend:
-            report = recommend(report, features, segmenting.result() if segmenting is not None else None)
-    finally:
-        segmenter.shutdown(cancel_futures=True)
+    segmenting: Future[list[Segment]] | None = None
+    if options.recommend and _usable_cores() > 1:
+        segmenter = ThreadPoolExecutor(max_workers=1)
+        segmenting = segmenter.submit(_segments, features)
+        segmenter.shutdown(wait=False)  # its one job runs on; an error comes back through result()
+    report = replace(_assemble(options, ingest_stats, collected, tokenizer_info, workers, digests),
+                     verify_history=history)
+    if runners and collected.replay_inputs:
+        report = _with_draft_replays(report, runners, collected, options, draft_progress)
+    if options.recommend:
+        report = recommend(report, features, segmenting.result() if segmenting is not None else None)
     return Profile(report=report, features=features)
 
 
-def _segments(features: dict[str, np.ndarray]) -> list:
+def _usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS has one, else all)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _segments(features: dict[str, np.ndarray]) -> list[Segment]:
     """`advisor.engine.decide.segment_requests(features)`, the engine imported where it runs."""
     from advisor.engine.decide import segment_requests
 
@@ -153,7 +158,7 @@ def _stream_options(options: ProfileOptions) -> stream.StreamOptions:
 
 
 def recommend(report: Report, features: dict[str, np.ndarray] | None = None,
-              segments: list | None = None) -> Report:
+              segments: Sequence[Segment] | None = None) -> Report:
     """The report with its `recommendation` section: the engine decides, the emitters render its configs.
     `segments`: `segment_requests(features)` when the caller has it already."""
     from advisor.emit.configs import render_configs

@@ -44,6 +44,21 @@ _EMPTY = -1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
+# Keys below (size + 1)**2 fit int32 up to this many output tokens (the scratch tables' dtype); longer
+# outputs take an int64 table of their own.
+NARROW_KEYS_MAX_OUTPUT = 46_339
+
+
+@njit(cache=True)
+def _table_bits(size: int) -> int:
+    """The n-gram tables' bits for an output of `size` tokens: the fewest with 2**bits >= 2 * size, so a
+    level is at most half full. Compiled, and called from Python too: the scratch is sized by it."""
+    bits = 1
+    while (1 << bits) < 2 * size:
+        bits += 1
+    return bits
+
+
 @njit(cache=True, inline="always")
 def _slot(table: np.ndarray, level: int, bits: int, key: int) -> int:
     """Where `key` is in level `level` of an open-addressing table of 2**bits slots per level, stored as
@@ -128,11 +143,8 @@ def _count_pools(output: np.ndarray, prompt: np.ndarray, prompt_bounds: np.ndarr
             vocabulary[output[i]] = distinct
             distinct += 1
         numbers[0, i] = vocabulary[output[i]]
-    bits = 1
-    while (1 << bits) < 2 * size:
-        bits += 1
-    # Keys below (size + 1)**2 fit int32 up to 46,340 output tokens; longer outputs take int64 pairs.
-    if (size + 1) * (size + 1) < 2**31:
+    bits = _table_bits(size)
+    if size <= NARROW_KEYS_MAX_OUTPUT:
         _count_levels(numbers, distinct, levels, bits, prompt, prompt_bounds, context, context_bounds, max_n,
                       vocabulary, counts)
     else:
@@ -211,10 +223,10 @@ def _scratch_tables(largest: int, longest: int, max_n: int) -> tuple[np.ndarray,
     table = getattr(_scratch, "table", None)
     if table is None or table.size <= largest:
         table = _scratch.table = np.full(max(largest + 1, 1 << 17), -1, dtype=np.int32)
-    bits = max(1, (2 * longest - 1).bit_length())  # the smallest with 2**bits >= 2 * longest, as _count_pools
+    slots = 2 * max_n << _table_bits(min(longest, NARROW_KEYS_MAX_OUTPUT))  # longer ones have their own
     levels = getattr(_scratch, "levels", None)
-    if levels is None or levels.size < 2 * max_n << bits:
-        levels = _scratch.levels = np.full(2 * max_n << bits, _EMPTY, dtype=np.int32)
+    if levels is None or levels.size < slots:
+        levels = _scratch.levels = np.full(slots, _EMPTY, dtype=np.int32)
     return table, levels
 
 
