@@ -190,7 +190,7 @@ class Facts:
             np.array(labels, dtype=np.int32),
             np.array([routing.affinity(key) for key in keys], dtype=np.uint32),
             np.array([state.conversation_priority(key, seed) for key in keys], dtype=np.int64),
-            np.array([state.request_priority(r.source, seed) for r in chosen], dtype=np.int64),
+            np.array([state.request_priority(source_key(r.source), seed) for r in chosen], dtype=np.int64),
             [r.conversation_id for r in chosen],
         )
 
@@ -321,9 +321,19 @@ def conversation_key(request: Request, row: int) -> str:
 
 
 def sample_key(request: Request) -> str:
-    """The chain sample's key: the conversation, or the request's source "file:line" when it has none (not
-    its row, as in `conversation_key`: a shard of the log does not know its rows in the whole)."""
-    return request.conversation_id if request.conversation_id is not None else f"#{request.source}"
+    """The chain sample's and the routing's key: the conversation, or the request's `source_key` when it has
+    none (not its row, as in `conversation_key`: a shard of the log does not know its rows in the whole)."""
+    return request.conversation_id if request.conversation_id is not None else f"#{source_key(request.source)}"
+
+
+def source_key(source: str) -> str:
+    """A request's source ("file:line", "file:line#turn") without the folders of the file's path: what the
+    samples and the routing key on, so that the same log read from another folder, by a relative path or
+    from a bucket samples and routes its requests alike (a report made in CI from a checkout is the one
+    made locally). Two files of one name in different folders share keys line by line: their requests are
+    kept or dropped together, each still with the sample's chance."""
+    line = source.rfind(":")
+    return source[source.rfind("/", 0, line) + 1:] if line > 0 else source
 
 
 def load_request_tokenizer(options: StreamOptions, tokenizer_state: dict[str, Any]):

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import random
+import shutil
+from pathlib import Path
 
 import numpy as np
 import orjson
@@ -445,3 +447,38 @@ def test_the_stream_collects_cycles_rarely_and_restores_the_collector(tmp_path):
     with pytest.raises(RuntimeError):
         stream.collect(failing(), stream.StreamOptions(None, None, 16, 512, 0), {})
     assert gc.get_threshold() == before
+
+
+def test_samples_do_not_depend_on_how_the_log_path_is_spelled(tmp_path, monkeypatch):
+    """Past the budgets, the same log read from another directory or under a relative path keeps the same
+    chain and replay samples: a report made in CI from a config repo's checkout is the one made locally
+    (the samples are keyed by the file's name and line, not by the path as typed)."""
+    monkeypatch.setattr(stream, "PREFIX_BLOCK_BUDGET", 400)
+    monkeypatch.setattr(stream, "REPLAY_TOKEN_BUDGET", 20_000)
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "chat_multiturn.jsonl"
+    here, there = tmp_path / "here", tmp_path / "elsewhere" / "deeper"
+    for folder in (here, there):
+        folder.mkdir(parents=True)
+        shutil.copy(source, folder / "chat.jsonl")
+    monkeypatch.chdir(here)
+    reports = []
+    for path in ("chat.jsonl", str(there / "chat.jsonl")):
+        profiled = build_profile(ProfileOptions(paths=(path,), sweep=False))
+        report = profiled.report.to_dict()
+        assert report["inputs"][0]["path"] == report["options"]["paths"][0] == path
+        report["inputs"][0]["path"] = report["options"]["paths"] = None
+        reports.append(report)
+    assert reports[0]["prefix"]["sample"] is not None
+    assert all(replay["token_budget_sampled"] for replay in reports[0]["replay"])
+    assert_same(*reports)
+
+
+@pytest.mark.parametrize(("source", "key"), [
+    ("logs/day1/chat.jsonl:12", "chat.jsonl:12"),
+    ("/abs/logs/chat.jsonl:12#3", "chat.jsonl:12#3"),
+    ("s3://bucket/logs/chat.jsonl.gz:7", "chat.jsonl.gz:7"),
+    ("chat.jsonl:1", "chat.jsonl:1"),
+    ("<stdin>:5", "<stdin>:5"),
+])
+def test_source_keys_drop_the_folders_only(source, key):
+    assert stream.source_key(source) == key
