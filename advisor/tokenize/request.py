@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 
@@ -322,27 +322,32 @@ class RequestTokenizer:
         found: dict[str, np.ndarray] = {}
         misses: dict[str, None] = {}
         deferred: dict[str, None] = {}
-        stats = self.stats
+        texts: list[str] = []  # the batch's text pieces in order, its own missed segments' included
+        own = self._pending
         for prompt_and_output in plans:
-            for pieces in prompt_and_output:
-                if pieces is None:
+            for parts in prompt_and_output:
+                if parts is None:
                     continue
-                for piece in _flat(pieces, self._pending):
-                    if not isinstance(piece, str):
-                        continue
-                    stats.pieces += 1
-                    if piece in found or piece in misses or piece in deferred:
-                        stats.cache_hits += 1  # seen earlier in this batch: encoded once
-                        continue
-                    ids = self._cache.get(piece)
-                    if ids is not None:
-                        stats.cache_hits += 1
-                        found[piece] = ids
-                    elif piece in in_flight:
-                        stats.cache_hits += 1
-                        deferred[piece] = None
-                    else:
-                        misses[piece] = None
+                for part in parts:
+                    kind = type(part)
+                    if kind is str:
+                        texts.append(part)
+                    elif kind is _Segment and own.get(part.key) is part:  # missed by this batch, not the one
+                        texts.extend(piece for piece in part.pieces if type(piece) is str)  # before it
+        get = self._cache.get
+        for piece in texts:
+            if piece in found or piece in misses or piece in deferred:
+                continue  # seen earlier in this batch: encoded once
+            ids = get(piece)
+            if ids is not None:
+                found[piece] = ids
+            elif piece in in_flight:
+                deferred[piece] = None
+            else:
+                misses[piece] = None
+        stats = self.stats
+        stats.pieces += len(texts)
+        stats.cache_hits += len(texts) - len(misses)
         return found, list(misses), list(deferred)
 
     def _encode(self, texts: list[str]) -> list[np.ndarray]:
@@ -379,14 +384,3 @@ class StartedBatch:
 def _own(ids: np.ndarray | None) -> np.ndarray | None:
     """A request's ids in an array of their own (not a view that keeps a whole batch's ids alive)."""
     return None if ids is None else ids.copy()
-
-
-def _flat(plan: list, own: dict[Hashable, _Segment]) -> Iterator:
-    """The pieces of a plan, those of the batch's `own` missed chat segments included (a segment missed by
-    the batch before is that batch's to encode)."""
-    for part in plan:
-        if isinstance(part, _Segment):
-            if own.get(part.key) is part:
-                yield from part.pieces
-        else:
-            yield part
