@@ -6,7 +6,7 @@ wrapping the stream's own functions: when the pool started, when the stream ende
 (its own seconds: they overlap on threads; the replays' ngram and suffix passes apart), the engine; how
 long the main process waited on the workers; and for each worker when it started, its first and last job,
 its busy seconds over how many chunks. Wall seconds and the main process's CPU seconds (its threads
-included) at each mark, and its peak RSS.
+included) at each mark, with its peak RSS so far (where the peak is reached), and its peak RSS at the end.
 
     python scripts/bench_timeline.py /tmp/big_1G.jsonl 16     # the log, the worker count
     python scripts/bench_timeline.py LOG 16 --in-flight 4       # stream.IN_FLIGHT_PER_WORKER for this run
@@ -31,11 +31,13 @@ from advisor import profile, stream  # noqa: E402  (the import is part of the ti
 from advisor.measure import ngram, specreplay  # noqa: E402
 from advisor.report import ProfileOptions  # noqa: E402
 
-marks: list[tuple[str, float, float]] = []  # (label, wall seconds since start, main-process CPU seconds)
+# (label, wall seconds since start, main-process CPU seconds, its peak RSS so far in MiB: where the peak is reached)
+marks: list[tuple[str, float, float, int]] = []
 
 
 def mark(label: str) -> None:
-    marks.append((label, time.perf_counter() - START, time.process_time()))
+    marks.append((label, time.perf_counter() - START, time.process_time(),
+                  resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024))
 
 
 def timed(owner: Any, name: str, label: Callable[[float], str], before: str | None = None) -> None:
@@ -117,8 +119,8 @@ def main() -> None:
 
     if waited["first"] is not None:
         print(f"main process waited on the workers {waited['seconds']:.2f} s; first result at {waited['first']:.2f} s")
-    for label, wall, cpu in marks:
-        print(f"{wall:8.2f} s  main CPU {cpu:6.2f} s  {label}")
+    for label, wall, cpu, peak in marks:
+        print(f"{wall:8.2f} s  main CPU {cpu:6.2f} s  peak RSS {peak:5d} MiB  {label}")
     for worker in sorted(workers, key=lambda w: w["start"]):
         print(f"worker: start {worker['start']:.2f} s, first job {worker['first'] or 0:.2f} s, last job ended"
               f" {worker['last'] or 0:.2f} s, end {worker['end']:.2f} s; busy {worker['seconds']:.2f} s over"
