@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 START = time.perf_counter()
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as the CLI sets it (advisor/cli/__init__.py)
+import advisor.cli  # noqa: E402,F401  the CLI's process settings: OpenBLAS on one thread, 2 malloc arenas
 
 from advisor import profile, stream  # noqa: E402  (the import is part of the timeline)
 from advisor.measure import ngram, specreplay  # noqa: E402

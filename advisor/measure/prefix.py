@@ -200,18 +200,22 @@ def prefix_sharing(
     prompt_chains = [r.chain[: r.prompt_blocks] for r in requests]
     block_counts = np.array([c.size for c in prompt_chains], dtype=np.int64)
     queries = np.concatenate(prompt_chains) if count else np.zeros(0, np.uint64)
-    query_owner = np.repeat(np.arange(count), block_counts)
-
+    # Request numbers and block ids in int32 (a big log's chains are sampled to a few million blocks): this
+    # runs beside the other analyses, and its arrays were most of a 1 GB log's peak RSS.
+    query_owner = np.repeat(np.arange(count, dtype=np.int32), block_counts)
     cached_chains = [r.chain for r in requests] if cache_outputs else prompt_chains
-    inserted = np.concatenate(cached_chains) if count else np.zeros(0, np.uint64)
-    inserted_owner = np.repeat(np.arange(count), [c.size for c in cached_chains])
+    inserted_owner = np.repeat(np.arange(count, dtype=np.int32), [c.size for c in cached_chains])
     # One numbering of the cached blocks and the asked ones: a block hits when the first request that
     # cached it (positions are in arrival order) comes before the asking one; an id first seen among the
     # queries was never cached.
-    ids, _, first_position = factorize(np.concatenate((inserted, queries)))
-    first_owner = np.concatenate((inserted_owner, np.full(queries.size, count)))[first_position]
-    seen_before = first_owner[ids[inserted.size:]] < query_owner
-
+    ids, _, first_position = factorize(np.concatenate(cached_chains + [queries]) if count else queries)
+    query_ids = ids[inserted_owner.size:]
+    del ids
+    cached_first = first_position < inserted_owner.size
+    first_owner = np.full(first_position.size, count, dtype=np.int32)
+    first_owner[cached_first] = inserted_owner[first_position[cached_first]]
+    seen_before = first_owner[query_ids] < query_owner
+    del query_ids, first_owner, cached_first, first_position, inserted_owner
     leading = leading_true_counts(seen_before, block_counts)
     lcp = np.minimum(leading * block_size, prompt_lens)
     hits = block_size * (np.minimum(lcp, np.maximum(prompt_lens - 1, 0)) // block_size)
@@ -233,23 +237,28 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ids, distinct values, first position of each) of uint64 `values`, ids numbered in order of first
     appearance: `distinct[ids] == values`. What np.unique's inverse, values and first indices say, in an
     order that differs from np.unique's (sorted) but in linear time: the block chains of a big log hold
-    millions of hashes, and a stable sort of them took most of the prefix analysis."""
+    millions of hashes, and a stable sort of them took most of the prefix analysis. The ids and positions
+    are int32 below 2**31 values (always, for sampled chains), int64 beyond."""
     values = np.ascontiguousarray(values, dtype=np.uint64)
-    ids = np.empty(values.size, np.int64)
-    first = np.empty(values.size, np.int64)
-    count = _factorize(values, ids, first)
+    kind = np.int32 if values.size < 2**31 else np.int64
+    ids = np.empty(values.size, kind)
+    first = np.empty(values.size, kind)
+    bits = 1
+    while (1 << bits) < 2 * values.size:
+        bits += 1
+    count = _factorize(values, ids, first, np.full(1 << bits, -1, kind))
     first = first[:count].copy()
     return ids, values[first], first
 
 
 @njit(cache=True, nogil=True)
-def _factorize(values: np.ndarray, ids: np.ndarray, first: np.ndarray) -> int:
-    """Open addressing over a table of at least twice as many slots as values (Fibonacci hashing: the
-    values are hashes already, but a trace's block ids may be small integers); returns the distinct count."""
-    bits = 1
-    while (1 << bits) < 2 * values.size:
+def _factorize(values: np.ndarray, ids: np.ndarray, first: np.ndarray, table: np.ndarray) -> int:
+    """Open addressing over `table` (slot -> id, all -1, at least twice as many slots as values, a power of
+    two; Fibonacci hashing: the values are hashes already, but a trace's block ids may be small integers);
+    returns the distinct count."""
+    bits = 0
+    while (1 << bits) < table.size:
         bits += 1
-    table = np.full(1 << bits, -1, np.int64)  # slot -> id
     mask = (1 << bits) - 1
     count = 0
     for i in range(values.size):
