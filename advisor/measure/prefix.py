@@ -246,19 +246,16 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     bits = 1
     while (1 << bits) < 2 * values.size:
         bits += 1
-    count = _factorize(values, ids, first, np.full(1 << bits, -1, kind))
+    count = _factorize(values, ids, first, np.full(1 << bits, -1, kind), bits)
     first = first[:count].copy()
     return ids, values[first], first
 
 
 @njit(cache=True, nogil=True)
-def _factorize(values: np.ndarray, ids: np.ndarray, first: np.ndarray, table: np.ndarray) -> int:
-    """Open addressing over `table` (slot -> id, all -1, at least twice as many slots as values, a power of
-    two; Fibonacci hashing: the values are hashes already, but a trace's block ids may be small integers);
+def _factorize(values: np.ndarray, ids: np.ndarray, first: np.ndarray, table: np.ndarray, bits: int) -> int:
+    """Open addressing over `table` (slot -> id, all -1, 2**bits slots, at least twice as many as values;
+    Fibonacci hashing: the values are hashes already, but a trace's block ids may be small integers);
     returns the distinct count."""
-    bits = 0
-    while (1 << bits) < table.size:
-        bits += 1
     mask = (1 << bits) - 1
     count = 0
     for i in range(values.size):
