@@ -21,11 +21,12 @@ M_ARENA_MAX = -8  # glibc's malloc.h
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> None:
     """Caps glibc's malloc arenas for this process and the workers it forks (a no-op elsewhere).
 
-    glibc gives each thread that allocates under contention an arena of its own, up to 8 per core, and
-    memory freed in one is not reused by another nor given back: the analyses after the stream run on a
-    thread per worker (the ngram replay) beside the prefix, APC and segmentation threads, and their numpy
-    temporaries ratcheted the main process's RSS up. On the 1 GB log with 16 workers (2-core machine) the
-    peak was 852 MiB with the default and 721 MiB with 2 arenas, at the same CPU (glibc's
+    glibc gives each new thread that allocates an arena of its own, up to 8 per core (8 threads: 9 arenas,
+    tests/test_cli_malloc.py), and memory freed in one is not reused by another nor given back: the
+    analyses after the stream run on a thread per worker (the ngram replay) beside the prefix, APC and
+    segmentation threads, and their numpy temporaries ratcheted the main process's RSS up. On the 1 GB log
+    with 16 workers (2-core machine) the peak was 852 MiB with the default and 706-721 MiB with 2 arenas, at
+    the same CPU (glibc's
     MALLOC_ARENA_MAX, read only when a process starts, is what this sets from inside it). Called before
     any thread starts: threads that already have an arena keep it."""
     if not sys.platform.startswith("linux"):
