@@ -33,8 +33,8 @@ import multiprocessing
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -58,7 +58,6 @@ PREFIX_BLOCK_BUDGET = 3_000_000
 # Earlier outputs of live conversations kept for the overlap's conversation context (4 bytes a token).
 CONTEXT_TOKEN_BUDGET = 4_000_000
 IN_FLIGHT_PER_WORKER = 2  # batches sent ahead of the one being collected
-RECOUNTS_PENDING = 256  # overlap counts of crossing conversations computed ahead of their collection (_Crossings)
 # The cyclic collector's first threshold while streaming (Python's default: 700), see _fewer_collections.
 STREAM_GC_THRESHOLD = 100_000
 
@@ -82,8 +81,9 @@ class MeasuredBatch:
     """The results of one batch of requests, in packed arrays (no object per request: a batch's results
     pickle as a few arrays when they come back from a worker), and its requests' `facts`.
 
-    Request i's token ids (the tokenizer's, or the log's) are `ids[starts[i]:]`: `prompt_lens[i]` prompt
-    ids, then `output_lens[i]` output ids (-1: none). Its block chain is hashed from them where the batch is
+    Request i's token ids (the tokenizer's, or the log's): `prompt_lens[i]` prompt ids from `starts[i]` and
+    `output_lens_ids[i]` output ids from `output_starts[i]` in `ids` (length -1: none). A worker sends back
+    only the ids the main process reads (`slimmed`). Its block chain is hashed from them where the batch is
     measured when the chain sample may keep it (`hashed_rows`: most of a big log's chains are not kept); a
     token-free trace's chain comes from its logged block ids (`traced`). The overlap counts are those of the
     requests with a prompt and a non-empty output, `counted`, in order.
@@ -93,7 +93,8 @@ class MeasuredBatch:
     output_lens: np.ndarray  # float64
     text_prompt: np.ndarray  # bool: the prompt was tokenized (text), not taken from logged counts
     ids: np.ndarray  # int32
-    starts: np.ndarray  # int64
+    starts: np.ndarray  # int64: of each prompt's ids in `ids`
+    output_starts: np.ndarray  # int64: of each output's ids
     prompt_lens: np.ndarray  # int64
     output_lens_ids: np.ndarray  # int64
     block_size: int  # of the chains hashed from token ids
@@ -114,14 +115,35 @@ class MeasuredBatch:
         return self.input_lens.size
 
     def prompt(self, index: int) -> np.ndarray:
-        """Request `index`'s prompt ids (a view into the batch's ids; it has some)."""
+        """Request `index`'s prompt ids (a view into the batch's ids; it has some, and they were kept)."""
         start = int(self.starts[index])
         return self.ids[start:start + int(self.prompt_lens[index])]
 
     def output(self, index: int) -> np.ndarray:
-        """Request `index`'s output ids (a view; it has a prompt and an output)."""
-        start = int(self.starts[index]) + int(self.prompt_lens[index])
+        """Request `index`'s output ids (a view; it has a prompt and an output, and they were kept)."""
+        start = int(self.output_starts[index])
         return self.ids[start:start + int(self.output_lens_ids[index])]
+
+    def slimmed(self, prompts: np.ndarray, outputs: np.ndarray) -> MeasuredBatch:
+        """This batch with the ids of the prompts of requests `prompts` and the outputs of `outputs` (indices)
+        only, the others' starts -1: what a worker sends back. Every request's prompt ids are 4/5 of a chat
+        log's ids (each turn repeats the history), and receiving them was a quarter of the main process's
+        work on 16 workers; it reads the outputs of conversations (the overlap's context) and the ids of
+        the replay sample's candidates only."""
+        keep = np.zeros((2, self.size), dtype=bool)
+        keep[0, prompts], keep[1, outputs] = True, True
+        starts = np.full((2, self.size), -1, dtype=np.int64)
+        pieces: list[np.ndarray] = []
+        offset = 0
+        for index in np.flatnonzero(keep.any(axis=0)).tolist():
+            for side, piece in ((0, self.prompt), (1, self.output)):
+                if keep[side, index]:
+                    ids = piece(index)
+                    starts[side, index] = offset
+                    pieces.append(ids)
+                    offset += ids.size
+        ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32)
+        return replace(self, ids=ids, starts=starts[0], output_starts=starts[1])
 
     @classmethod
     def merged(cls, size: int, parts: list[tuple[list[int], MeasuredBatch]]) -> MeasuredBatch:
@@ -129,7 +151,7 @@ class MeasuredBatch:
         requests, in order): what one process measuring the whole batch gives."""
         floats = np.empty((2, size))
         flags = np.empty(size, dtype=bool)
-        lengths = np.empty((3, size), dtype=np.int64)
+        lengths = np.empty((4, size), dtype=np.int64)
         traced, counted, with_context = [], [], []
         counts: list[np.ndarray] = []
         hashed_rows, hashed_blocks, hashed_offsets = [], [], []
@@ -138,7 +160,9 @@ class MeasuredBatch:
             where = np.asarray(indices, dtype=np.int64)
             floats[0, where], floats[1, where] = part.input_lens, part.output_lens
             flags[where] = part.text_prompt
-            lengths[:, where] = part.starts + offset, part.prompt_lens, part.output_lens_ids
+            lengths[:, where] = (np.where(part.starts >= 0, part.starts + offset, -1),
+                                 np.where(part.output_starts >= 0, part.output_starts + offset, -1),
+                                 part.prompt_lens, part.output_lens_ids)
             offset += part.ids.size
             traced.extend((indices[i], chain, block_size) for i, chain, block_size in part.traced)
             counted.append(where[part.counted])
@@ -150,7 +174,7 @@ class MeasuredBatch:
             blocks += part.hashed_blocks.size
         order = np.argsort(np.concatenate(counted), kind="stable")
         return cls(floats[0], floats[1], flags, np.concatenate([part.ids for _, part in parts]), lengths[0],
-                   lengths[1], lengths[2], parts[0][1].block_size, sorted(traced, key=lambda item: item[0]),
+                   lengths[1], lengths[2], lengths[3], parts[0][1].block_size, sorted(traced, key=lambda item: item[0]),
                    np.concatenate(counted)[order], np.concatenate(counts)[order],
                    np.concatenate(with_context)[order], Facts.merged(size, parts, order),
                    np.concatenate(hashed_rows), np.concatenate(hashed_blocks),
@@ -229,6 +253,8 @@ class MeasuredChunk:
     stats: ingest.IngestStats
     bad_records: int
     tokenizer_used: bool
+    worker: int = -1  # which worker measured it (set by the main process: where its recounts go)
+    number: int = -1  # the chunk's number in the run (the worker keeps its ids under it for the recounts)
 
 
 class Collected:
@@ -442,7 +468,7 @@ def measure_ids(batch: list[Request], packed: PackedIds, options: StreamOptions,
                                                  options.block_size)
     return MeasuredBatch(np.where(prompt_lens >= 0, prompt_lens, facts.logged_prompt_tokens),
                          np.where(output_lens >= 0, output_lens, logged_out), prompt_lens >= 0, packed.ids,
-                         packed.starts, prompt_lens, output_lens, options.block_size, traced, counted, counts,
+                         packed.starts, packed.starts + np.maximum(prompt_lens, 0), prompt_lens, output_lens, options.block_size, traced, counted, counts,
                          with_context, facts, hashed, blocks, offsets)
 
 
@@ -581,19 +607,18 @@ def _collect(parts: Iterable[Request | ingest.LineChunk], options: StreamOptions
         finally:
             encoder.shutdown(cancel_futures=True)
     else:
-        crossings = _Crossings(ingest.IngestStats() if stats is None else stats, max(1, workers // 4))
-        with _WorkerPool(workers, options, tokenizer_state, strict) as pool, crossings:
-            for job, result in pool.map(_batches(parts), lambda: out.store.bound):
+        with _WorkerPool(workers, options, tokenizer_state, strict) as pool:
+            crossings = _Crossings(ingest.IngestStats() if stats is None else stats, out, pool)
+            for job, result in pool.map(_batches(parts), lambda: (out.store.bound, out.replay.bound)):
                 if isinstance(result, MeasuredChunk):
-                    crossings.absorb(job, result, out)  # type: ignore[arg-type]
+                    crossings.absorb(job, result)  # type: ignore[arg-type]
                     measured = result.measured
                 else:
                     measured = result
                 collect_batch(measured, out)
-                crossings.settle(out, RECOUNTS_PENDING)
                 if progress:
                     progress(measured.size)
-            crossings.settle(out, 0)
+            pool.drain()
     return out
 
 
@@ -612,31 +637,30 @@ class _Crossings:
     context: the chunk's results hold those outputs anyway). This keeps the serial run's context (the same
     LRU, the same budget, the same calls in the same order): where its earlier outputs of a conversation are
     not exactly the ones the chunk had before the request (more: the conversation began before the chunk;
-    fewer: the LRU dropped it), the counts are computed again with the serial context's outputs, on
-    `threads` threads (the compiled count releases the GIL: the main process, the one that does not spread,
-    goes on) and written into the collection once it holds the chunk (`settle`). The context only grows
-    from chunks: with other formats in the same run, their conversations stay in the workers' own contexts
-    (a conversation id is taken to belong to one file's format).
+    fewer: the LRU dropped it), the counts are computed again with the serial context's outputs by the
+    worker that measured the chunk (it kept the chunk's ids: the main process receives the conversations'
+    outputs but not their prompts, see MeasuredBatch.slimmed), and written into the collection when they
+    come back (`recounted`), after the chunk's own collection. The context only grows from chunks: with
+    other formats in the same run, their conversations stay in the workers' own contexts (a conversation id
+    is taken to belong to one file's format).
     """
 
-    def __init__(self, stats: ingest.IngestStats, threads: int):
+    def __init__(self, stats: ingest.IngestStats, out: Collected, pool: _WorkerPool):
         self.stats = stats
+        self.out = out
+        self.pool = pool
+        pool.recounted = self.recounted
         self.context = state.ContextOutputs(CONTEXT_TOKEN_BUDGET)
         self._file_first_problem = 0
         self._file_requests = 0
         self._file_bad = 0
-        self._counter = ThreadPoolExecutor(max_workers=threads)
-        # (the request's place among the collection's counted requests, its row, its counts being computed)
-        self._recounts: collections.deque[tuple[int, int, Future[np.ndarray]]] = collections.deque()
+        # Per chunk number, the (place among the collection's counted requests, row) of each recount asked.
+        self._places: dict[int, list[tuple[int, int]]] = {}
 
-    def __enter__(self) -> _Crossings:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._counter.shutdown(cancel_futures=True)
-
-    def absorb(self, chunk: ingest.LineChunk, result: MeasuredChunk, out: Collected) -> None:
-        """Takes the chunk's stats and context before `collect_batch` collects it into `out`."""
+    def absorb(self, chunk: ingest.LineChunk, result: MeasuredChunk) -> None:
+        """Takes the chunk's stats and context before `collect_batch` collects it, and asks its worker for
+        the recounts it needs (the worker then drops the chunk's ids)."""
+        out = self.out
         if chunk.first:
             self._file_first_problem = len(self.stats.problems)
             self._file_requests = self._file_bad = 0
@@ -651,28 +675,31 @@ class _Crossings:
         measured = result.measured
         counted_before = out.overlap_counts.size // OVERLAP_VALUES
         context, ids = self.context, measured.ids
-        outputs_at = (measured.starts + measured.prompt_lens).tolist()
+        outputs_at = measured.output_starts.tolist()
         output_lens = measured.output_lens_ids.tolist()
+        places: list[tuple[int, int]] = []
+        recounts: list[tuple[int, list[np.ndarray]]] = []
         for k, (index, conversation) in enumerate(zip(measured.counted.tolist(), measured.facts.conversations)):
             if conversation is None:
                 continue
             seen = in_chunk.get(conversation, 0)
             start = outputs_at[index]
-            output = ids[start:start + output_lens[index]]
-            earlier = context.push(conversation, output.copy())
+            earlier = context.push(conversation, ids[start:start + output_lens[index]].copy())
             if len(earlier) != seen:
-                self._recounts.append((counted_before + k, out.rows + index, self._counter.submit(
-                    overlap.overlap_counts, measured.prompt(index), output, earlier, OVERLAP_MAX_N)))
+                places.append((counted_before + k, out.rows + index))
+                recounts.append((index, earlier))
             in_chunk[conversation] = seen + 1
+        if places:
+            self._places[result.number] = places
+        self.pool.recount(result.worker, result.number, recounts)
 
-    def settle(self, out: Collected, pending: int) -> None:
-        """Writes the recomputed counts into `out` (whose chunks hold their requests) until at most `pending`
-        are left (they hold their chunk's ids)."""
-        while len(self._recounts) > pending:
-            place, row, job = self._recounts.popleft()
-            counts = job.result()
-            out.overlap_counts.values[place * OVERLAP_VALUES:(place + 1) * OVERLAP_VALUES] = counts.ravel()
-            out.overlap4[row] = _shares4(counts[None])[0]
+    def recounted(self, number: int, counts: np.ndarray) -> None:
+        """Writes chunk `number`'s recomputed counts (k x 3 x OVERLAP_MAX_N, in the order asked) into the
+        collection, which holds the chunk."""
+        out = self.out
+        for (place, row), request_counts in zip(self._places.pop(number), counts):
+            out.overlap_counts.values[place * OVERLAP_VALUES:(place + 1) * OVERLAP_VALUES] = request_counts.ravel()
+            out.overlap4[row] = _shares4(request_counts[None])[0]
 
 
 def _measure_chunk(chunk: ingest.LineChunk, options: StreamOptions, strict: bool,
@@ -685,29 +712,62 @@ def _measure_chunk(chunk: ingest.LineChunk, options: StreamOptions, strict: bool
 
 def _worker_main(inbox: Any, results: Any, options: StreamOptions, strict: bool, context_budget: int,
                  tokenizer: Any) -> None:
-    """A worker: measures the jobs it is sent (a shard of a batch of requests, or a chunk of lines, each with
-    the chain store's bound when it was sent: the chains it hashes), in order, until it receives None; sends
-    each result (or the error that stops it) on `results`, the sending end of its pipe.
+    """A worker: runs the messages it is sent, in order, until it receives None; sends each job's result (or
+    the error that stops it) on `results`, the sending end of its pipe. Messages (`_WorkerPool`):
+
+    ("chunk", number, chunk, bounds): a chunk of lines, measured with its own context; its ids are kept under
+        `number` until the recount message for it;
+    ("batch", requests, bounds): a shard of a batch of requests, measured with this worker's context;
+    ("recount", number, [(index, earlier outputs), ...]): the overlap counts of chunk `number`'s requests
+        `index` again with the main process's context (sent back when there are any); drops its ids.
+
+    `bounds`: the chain store's and the replay sample's bounds when the job was sent: the chains it hashes
+    and the replay candidates whose ids it sends back (with the outputs of a chunk's conversations, the
+    main process's context; MeasuredBatch.slimmed).
 
     `tokenizer`: the main process's, inherited through fork (None: the worker loads its own when needed);
     taken up at the first request with text, as in one process.
     """
     tokenizer_state: dict[str, Any] = {} if tokenizer is None else {"preloaded": tokenizer}
     context = state.ContextOutputs(context_budget)
+    kept: dict[int, MeasuredBatch] = {}  # the chunks' whole ids, until their recounts
     sender = pipes.Sender(results)
     try:
         while (message := inbox.get()) is not None:
-            job, bound = message
             try:
-                if isinstance(job, ingest.LineChunk):
-                    sender.send(("ok", _measure_chunk(job, options, strict, tokenizer_state, bound)))
+                if message[0] == "chunk":
+                    _, number, chunk, (chain_bound, replay_bound) = message
+                    result = _measure_chunk(chunk, options, strict, tokenizer_state, chain_bound)
+                    kept[number] = measured = result.measured
+                    conversations = measured.counted[[c is not None for c in measured.facts.conversations]]
+                    candidates = _replay_candidates(measured, replay_bound)
+                    result.measured = measured.slimmed(candidates, np.union1d(candidates, conversations))
+                    result.number = number
+                    sender.send(("ok", result))
+                elif message[0] == "batch":
+                    _, batch, (chain_bound, replay_bound) = message
+                    measured = measure_batch(batch, options, tokenizer_state, context, chain_bound)
+                    candidates = _replay_candidates(measured, replay_bound)
+                    sender.send(("ok", measured.slimmed(candidates, candidates)))
                 else:
-                    sender.send(("ok", measure_batch(job, options, tokenizer_state, context, bound)))
+                    _, number, recounts = message
+                    measured = kept.pop(number)
+                    if recounts:
+                        sender.send(("ok", np.stack([
+                            overlap.overlap_counts(measured.prompt(index), measured.output(index), earlier,
+                                                   OVERLAP_MAX_N)
+                            for index, earlier in recounts])))
             except BaseException as error:  # noqa: BLE001 - re-raised in the main process
                 sender.send(("error", error))
                 return
     finally:
         sender.close()
+
+
+def _replay_candidates(measured: MeasuredBatch, bound: int) -> np.ndarray:
+    """The batch's requests the replay sample may keep: of priority below its `bound` (the sample's as the
+    job was sent: it only falls, so these are a superset of what `collect_batch` offers it)."""
+    return measured.counted[measured.facts.replay_priorities < bound]
 
 
 class _WorkerPool:
@@ -724,7 +784,11 @@ class _WorkerPool:
         self.outboxes: list[pipes.Receiver] = []
         self.processes: list[Any] = []
         self._turn = itertools.cycle(range(workers))
-
+        self._chunks = 0  # chunks sent: the next one's number
+        # Per worker, what it will send back, in order: ("job", chunk number or -1) or ("recount", number).
+        self._expected: list[collections.deque[tuple[str, int]]] = [collections.deque() for _ in range(workers)]
+        # Where a chunk's recomputed counts go (_Crossings.recounted): (chunk number, counts).
+        self.recounted: Callable[[int, np.ndarray], None] | None = None
     def _start(self, first: Job) -> None:
         """Starts the workers (at the first job, so that a fork inherits the tokenizer loaded for it: by the
         main process for a batch with text, here for a chunk of a format with text)."""
@@ -778,14 +842,17 @@ class _WorkerPool:
             shards[zlib.crc32(key.encode("utf-8", "surrogatepass")) % len(shards)].append(index)
         return shards
 
-    def _send(self, job: Job, next_row: int, bound: int) -> list[list[int]] | int:
-        """Sends a job with the chain store's `bound`: a chunk to the next worker in turn (returns the worker),
-        a batch's requests to their conversations' workers (returns the batch's indices per worker)."""
+    def _send(self, job: Job, next_row: int, bounds: tuple[int, int]) -> list[list[int]] | int:
+        """Sends a job with the chain store's and the replay sample's `bounds`: a chunk to the next worker in
+        turn (returns the worker), a batch's requests to their conversations' workers (returns the batch's
+        indices per worker)."""
         if isinstance(job, ingest.LineChunk):
             if not self.processes:
                 self._start(job)
             worker = next(self._turn)
-            self.inboxes[worker].put((job, bound))
+            self.inboxes[worker].put(("chunk", self._chunks, job, bounds))
+            self._expected[worker].append(("job", self._chunks))
+            self._chunks += 1
             return worker
         if "tokenizer" not in self.tokenizer_state and any(
             r.needs_tokenizer or (self.options.tokenizer is not None and _has_ids(r)) for r in job
@@ -794,15 +861,25 @@ class _WorkerPool:
         if not self.processes:
             self._start(job)
         shards = self._route(job, next_row)
-        for inbox, indices in zip(self.inboxes, shards):
+        for worker, indices in enumerate(shards):
             if indices:
-                inbox.put(([job[i] for i in indices], bound))
+                self.inboxes[worker].put(("batch", [job[i] for i in indices], bounds))
+                self._expected[worker].append(("job", -1))
         return shards
 
-    def map(self, jobs: Iterator[Job], bound: Callable[[], int]) -> Iterator[tuple[Job, MeasuredBatch | MeasuredChunk]]:
+    def recount(self, worker: int, number: int, recounts: list[tuple[int, list[np.ndarray]]]) -> None:
+        """Asks `worker` for chunk `number`'s `recounts` (its request, the earlier outputs to count with),
+        none to let it drop the chunk's ids; the counts come back to `recounted` as the worker's next
+        results are read."""
+        self.inboxes[worker].put(("recount", number, recounts))
+        if recounts:
+            self._expected[worker].append(("recount", number))
+
+    def map(self, jobs: Iterator[Job], bounds: Callable[[], tuple[int, int]]) -> Iterator[tuple[Job, MeasuredBatch | MeasuredChunk]]:
         """(job, its results) in order; up to IN_FLIGHT_PER_WORKER jobs per worker ahead are being measured.
-        `bound()`: the chain store's bound as each job is sent (it only falls, so the workers hash a superset
-        of the chains the store keeps when it collects their results)."""
+        `bounds()`: the chain store's and the replay sample's bounds as each job is sent (they only fall, so
+        the workers hash a superset of the chains the store keeps when it collects their results, and send
+        back the ids of a superset of the requests the sample keeps)."""
         pending: list[tuple[Job, list[list[int]] | int]] = []
         next_row = 0  # requests of the batches sent (the routing key of requests without a conversation)
         limit = IN_FLIGHT_PER_WORKER * self.workers
@@ -813,7 +890,7 @@ class _WorkerPool:
                 if job is None:
                     exhausted = True
                     break
-                pending.append((job, self._send(job, next_row, bound())))
+                pending.append((job, self._send(job, next_row, bounds())))
                 if not isinstance(job, ingest.LineChunk):
                     next_row += len(job)
             if not pending:
@@ -822,21 +899,38 @@ class _WorkerPool:
             if isinstance(shards, int):
                 yield job, self._chunk_result(shards)
                 continue
-            parts: list[tuple[list[int], MeasuredBatch]] = []
-            for outbox, process, indices in zip(self.outboxes, self.processes, shards):
-                if not indices:
-                    continue
-                status, payload = _receive(outbox, process)
-                if status == "error":
-                    raise payload
-                parts.append((indices, payload))
+            parts = [(indices, self._result(worker)[1]) for worker, indices in enumerate(shards) if indices]
             yield job, MeasuredBatch.merged(len(job), parts)  # type: ignore[arg-type]
 
-    def _chunk_result(self, worker: int) -> MeasuredChunk:
-        """A chunk's results from its worker; the tokenizer it used is then the run's (the report names it)."""
+    def drain(self) -> None:
+        """Reads the recounts still to come (every job's results are in)."""
+        for worker, expected in enumerate(self._expected):
+            while expected:
+                self._next(worker)
+
+    def _result(self, worker: int) -> tuple[int, Any]:
+        """`worker`'s next job result (its chunk number, -1 for a batch; and the result), handing the recounts
+        it sent before it to `recounted`."""
+        while (result := self._next(worker)) is None:
+            pass
+        return result
+
+    def _next(self, worker: int) -> tuple[int, Any] | None:
+        """Reads `worker`'s next message: a job's (chunk number, result), or None for recounts (handed over)."""
+        kind, number = self._expected[worker].popleft()
         status, payload = _receive(self.outboxes[worker], self.processes[worker])
         if status == "error":
             raise payload
+        if kind == "job":
+            return number, payload
+        assert self.recounted is not None, "recounts are asked by _Crossings, which takes them"
+        self.recounted(number, payload)
+        return None
+
+    def _chunk_result(self, worker: int) -> MeasuredChunk:
+        """A chunk's results from its worker; the tokenizer it used is then the run's (the report names it)."""
+        _, payload = self._result(worker)
+        payload.worker = worker
         if payload.tokenizer_used and "request_tokenizer" not in self.tokenizer_state:
             if self.preloaded is not None:
                 self.tokenizer_state["preloaded"] = self.preloaded

@@ -1,6 +1,7 @@
 """Streaming collection: compact state with fixed budgets, and N worker processes giving the serial report."""
 from __future__ import annotations
 
+import itertools
 import random
 import shutil
 from pathlib import Path
@@ -148,8 +149,25 @@ def test_workers_hash_the_chains_the_sampled_store_keeps(real_file, tmp_path, mo
     as one process, whose bound is exact."""
     monkeypatch.setattr(stream, "PREFIX_BLOCK_BUDGET", 3_000)
     monkeypatch.setattr(stream, "REPLAY_TOKEN_BUDGET", 60_000)
+    received = []  # token ids that came back from the workers, against the chunks' whole
+    receive = stream._receive
+
+    def counting(outbox, process):
+        status, payload = receive(outbox, process)
+        if isinstance(payload, stream.MeasuredChunk):
+            measured = payload.measured
+            whole = measured.prompt_lens[measured.prompt_lens > 0].sum() + measured.output_lens_ids[
+                measured.output_lens_ids > 0].sum()
+            received.append((measured.ids.size, whole))
+        return status, payload
+
+    monkeypatch.setattr(stream, "_receive", counting)
+    monkeypatch.setattr(stream, "IN_FLIGHT_PER_WORKER", 1)  # the last chunks are sent after the first is in
     _, _, serial, parallel, _ = _collected_both_ways(real_file, tmp_path)
     assert serial.store.sampled and len(serial.replay_inputs) < serial.replay_seen == parallel.replay_seen
+    # Once the replay sample is full, only the conversations' outputs and its candidates' ids come back.
+    assert len(received) == 4 and received[0][0] == received[0][1], received
+    assert all(0 < got < whole / 2 for got, whole in received[2:]), received
     for mine, theirs in ((parallel.store.rows, serial.store.rows), (parallel.store.blocks, serial.store.blocks)):
         np.testing.assert_array_equal(mine.values, theirs.values)
     np.testing.assert_array_equal(parallel.replay_rows, serial.replay_rows)
@@ -171,6 +189,31 @@ def test_workers_recompute_the_overlaps_that_cross_chunks(real_file, tmp_path):
     alone = [stream._measure_chunk(part, options, False, {}, 0) for part in read_parts([str(path)])]
     counts = np.concatenate([chunk.measured.overlap_counts.ravel() for chunk in alone])
     assert not np.array_equal(counts, serial.overlap_counts.values)
+
+
+def test_workers_recount_with_the_serial_context_when_its_lru_drops_conversations(real_file, tmp_path, monkeypatch):
+    """Conversations interleaved and a context budget so small that the LRU drops them between their turns:
+    the workers' counts are computed again with the serial context's outputs (fewer than the chunk had) and
+    equal one process's, which differ from the counts with the whole context (the test would catch a
+    recount skipped)."""
+    from advisor.ingest import read_parts, read_requests
+
+    path = tmp_path / "chat.jsonl"
+    _chat_log(real_file, path, {})
+    turns: dict[str, list[bytes]] = {}
+    for line in path.read_bytes().splitlines():
+        turns.setdefault(orjson.loads(line)["conversation_id"], []).append(line)
+    interleaved = [turn for group in itertools.zip_longest(*turns.values()) for turn in group if turn]
+    path.write_bytes(b"\n".join(interleaved) + b"\n")
+    options = stream.StreamOptions(tokenizer=None, model=None, block_size=16, hash_block_size=512, seed=0)
+    whole = stream.collect(read_requests([str(path)]), options, {})
+    monkeypatch.setattr(stream, "CONTEXT_TOKEN_BUDGET", 20_000)
+    serial = stream.collect(read_requests([str(path)]), options, {})
+    stats = IngestStats()
+    parallel = stream.collect(read_parts([str(path)], stats=stats), options, {}, workers=2, stats=stats)
+    np.testing.assert_array_equal(parallel.overlap_counts.values, serial.overlap_counts.values)
+    np.testing.assert_array_equal(parallel.overlap4, serial.overlap4)
+    assert not np.array_equal(serial.overlap_counts.values, whole.overlap_counts.values)
 
 
 def test_workers_report_bad_json_lines_as_one_process(tmp_path):
@@ -399,7 +442,7 @@ def test_records_sent_to_workers_pickle_by_field_values():
                          np.array([7]), ["c"])
     measured = stream.MeasuredBatch(
         np.array([40.0, 7.0]), np.array([3.0, np.nan]), np.array([True, False]), np.arange(43, dtype=np.int32),
-        np.array([0, 43]), np.array([40, -1]), np.array([3, -1]), 16, [(1, chain, 512)], np.array([0]),
+        np.array([0, 43]), np.array([40, 43]), np.array([40, -1]), np.array([3, -1]), 16, [(1, chain, 512)], np.array([0]),
         np.arange(15).reshape(1, 3, 5), np.array([True]), facts, np.array([0]), np.array([8, 9], dtype=np.uint64),
         np.array([0, 2]))
     back = pickle.loads(pickle.dumps(measured))
