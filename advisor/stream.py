@@ -510,26 +510,29 @@ def _shares4(counts: np.ndarray) -> np.ndarray:
 
 
 def _collect_chains(measured: MeasuredBatch, store: state.ChainStore, first: int) -> None:
-    """Offers the batch's block chains to the store at once: those hashed ahead (`measured.hashed_rows`) that
-    the store may keep now and a trace's logged ones, in row order; the others only count as offered."""
+    """Offers the batch's block chains to the store at once: those hashed ahead (`measured.hashed_rows`, of
+    which it keeps those below its bound now) and a trace's logged ones; the others only count as offered."""
     block_size = measured.block_size
-    priorities = measured.facts.chain_priorities.tolist()
-    prompt_lens = measured.prompt_lens.tolist()
-    offsets = measured.hashed_offsets.tolist()
-    bound = store.bound
-    candidates: list[tuple[int, prefix.PrefixBlocks]] = [
-        (index, prefix.PrefixBlocks(prompt_lens[index], prompt_lens[index] // block_size,
-                                    measured.hashed_blocks[offsets[k]:offsets[k + 1]]))
-        for k, index in enumerate(measured.hashed_rows.tolist()) if priorities[index] < bound
-    ]
+    rows = measured.hashed_rows
+    prompt_tokens = measured.prompt_lens[rows]
     tokenized = int(np.count_nonzero(measured.prompt_lens >= 0))
     block_sizes = {block_size} if tokenized else set()
-    if measured.traced:
-        candidates = sorted(candidates + [(index, chain) for index, chain, _ in measured.traced],
-                            key=lambda item: item[0])
-        block_sizes.update(size for _, _, size in measured.traced)
-    store.add_many([first + index for index, _ in candidates], [priorities[index] for index, _ in candidates],
-                   [chain for _, chain in candidates], tokenized + len(measured.traced), block_sizes)
+    offered = tokenized + len(measured.traced)
+    priorities = measured.facts.chain_priorities
+    if not measured.traced:
+        store.add_packed(first + rows, priorities[rows], measured.hashed_blocks, measured.hashed_offsets,
+                         prompt_tokens, prompt_tokens // block_size, offered, block_sizes)
+        return
+    # A token-free trace's chains come from its logged block ids as chains of their own: offered with the
+    # hashed ones (a log of both formats), in row order.
+    offsets = measured.hashed_offsets.tolist()
+    chains = [(index, prefix.PrefixBlocks(tokens, tokens // block_size,
+                                          measured.hashed_blocks[offsets[k]:offsets[k + 1]]))
+              for k, (index, tokens) in enumerate(zip(rows.tolist(), prompt_tokens.tolist()))]
+    chains = sorted(chains + [(index, chain) for index, chain, _ in measured.traced], key=lambda item: item[0])
+    block_sizes.update(size for _, _, size in measured.traced)
+    store.add_many([first + index for index, _ in chains], [int(priorities[index]) for index, _ in chains],
+                   [chain for _, chain in chains], offered, block_sizes)
 
 
 Job = list[Request] | ingest.LineChunk  # a batch of requests, or a chunk of a file's raw lines

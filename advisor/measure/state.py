@@ -214,17 +214,34 @@ class ChainStore(_PrioritySample):
         """Offers `offered` chains at once (a batch's, of `block_sizes`), of which only these (request rows in
         order, priorities, chains) may be kept: the others' priorities are at or above `bound`. A chain may
         be None where its priority is too."""
+        chosen = [k for k, chain in enumerate(chains) if chain is not None]
+        kept = [chains[k] for k in chosen]
+        assert all(priorities[k] >= self.bound for k, chain in enumerate(chains) if chain is None), \
+            "a chain the sample keeps"
+        self.add_packed(np.array([rows[k] for k in chosen], dtype=np.int64),
+                        np.array([priorities[k] for k in chosen], dtype=np.int64),
+                        np.concatenate([chain.chain for chain in kept] or [np.zeros(0, dtype=np.uint64)]),
+                        np.cumsum([0] + [chain.chain.size for chain in kept]),
+                        np.array([chain.prompt_tokens for chain in kept], dtype=np.int64),
+                        np.array([chain.prompt_blocks for chain in kept], dtype=np.int64), offered, block_sizes)
+
+    def add_packed(self, rows: np.ndarray, priorities: np.ndarray, blocks: np.ndarray, offsets: np.ndarray,
+                   prompt_tokens: np.ndarray, prompt_blocks: np.ndarray, offered: int,
+                   block_sizes: Iterable[int]) -> None:
+        """`add_many` with the chains packed as the workers send them: chain k is
+        `blocks[offsets[k]:offsets[k + 1]]`, with `prompt_tokens[k]` and `prompt_blocks[k]` (PrefixBlocks'
+        fields). No object per chain: building one per offered chain was 0.17 s of the main process's 0.37 s
+        collection of the 320 MB log's chains on 3 workers."""
         self.offered += offered
         self.block_sizes.update(block_sizes)
-        keep = self._kept(priorities)
-        if not keep:
+        keep = priorities < self._threshold
+        if not keep.any():
             return
-        kept = [chains[k] for k in keep]
-        assert all(chain is not None for chain in kept), "a chain the sample keeps"
-        self.blocks.extend(np.concatenate([chain.chain for chain in kept]))
-        self.prompt_blocks.extend([chain.prompt_blocks for chain in kept])
-        self.prompt_tokens.extend([chain.prompt_tokens for chain in kept])
-        self._stored([rows[k] for k in keep], [priorities[k] for k in keep], [chain.chain.size for chain in kept])
+        lengths = np.diff(offsets)
+        self.blocks.extend(blocks[offsets[0]:offsets[-1]] if keep.all() else blocks[np.repeat(keep, lengths)])
+        self.prompt_blocks.extend(prompt_blocks[keep])
+        self.prompt_tokens.extend(prompt_tokens[keep])
+        self._stored(rows[keep].tolist(), priorities[keep].tolist(), lengths[keep].tolist())
 
     def absorb(self, other: ChainStore, row_offset: int) -> None:
         """Appends the chains of `other`, whose rows follow this store's (shifted by `row_offset`): the result
