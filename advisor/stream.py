@@ -716,13 +716,15 @@ def _measure_chunk(chunk: ingest.LineChunk, options: StreamOptions, strict: bool
 def _worker_main(inbox: Any, results: Any, options: StreamOptions, strict: bool, context_budget: int,
                  tokenizer: Any) -> None:
     """A worker: runs the messages it is sent, in order, until it receives None; sends each job's result (or
-    the error that stops it) on `results`, the sending end of its pipe. Messages (`_WorkerPool`):
+    the error that stops it) on `results`, the sending end of its pipe. A message (`_WorkerPool`) is
+    (recounts, job): first the recounts of chunks it measured before, a list of (chunk number, [(index,
+    earlier outputs), ...]): the overlap counts of the chunk's requests `index` again with the main process's
+    context, sent back as one array per chunk that has any; then the chunk's kept ids are dropped. They ride
+    with the worker's next job (one message, not two, per chunk), or alone (job None) at the end. The job:
 
     ("chunk", number, chunk, bounds): a chunk of lines, measured with its own context; its ids are kept under
-        `number` until the recount message for it;
-    ("batch", requests, bounds): a shard of a batch of requests, measured with this worker's context;
-    ("recount", number, [(index, earlier outputs), ...]): the overlap counts of chunk `number`'s requests
-        `index` again with the main process's context (sent back when there are any); drops its ids.
+        `number` until its recounts;
+    ("batch", requests, bounds): a shard of a batch of requests, measured with this worker's context.
 
     `bounds`: the chain store's and the replay sample's bounds when the job was sent: the chains it hashes
     and the replay candidates whose ids it sends back (with the outputs of a chunk's conversations, the
@@ -737,9 +739,19 @@ def _worker_main(inbox: Any, results: Any, options: StreamOptions, strict: bool,
     sender = pipes.Sender(results)
     try:
         while (message := inbox.get()) is not None:
+            recounts, job = message
             try:
-                if message[0] == "chunk":
-                    _, number, chunk, (chain_bound, replay_bound) = message
+                for number, requests in recounts:
+                    measured = kept.pop(number)
+                    if requests:
+                        sender.send(("ok", np.stack([
+                            overlap.overlap_counts(measured.prompt(index), measured.output(index), earlier,
+                                                   OVERLAP_MAX_N)
+                            for index, earlier in requests])))
+                if job is None:
+                    continue
+                if job[0] == "chunk":
+                    _, number, chunk, (chain_bound, replay_bound) = job
                     result = _measure_chunk(chunk, options, strict, tokenizer_state, chain_bound)
                     kept[number] = measured = result.measured
                     conversations = measured.counted[[c is not None for c in measured.facts.conversations]]
@@ -747,19 +759,11 @@ def _worker_main(inbox: Any, results: Any, options: StreamOptions, strict: bool,
                     result.measured = measured.slimmed(candidates, np.union1d(candidates, conversations))
                     result.number = number
                     sender.send(("ok", result))
-                elif message[0] == "batch":
-                    _, batch, (chain_bound, replay_bound) = message
+                else:
+                    _, batch, (chain_bound, replay_bound) = job
                     measured = measure_batch(batch, options, tokenizer_state, context, chain_bound)
                     candidates = _replay_candidates(measured, replay_bound)
                     sender.send(("ok", measured.slimmed(candidates, candidates)))
-                else:
-                    _, number, recounts = message
-                    measured = kept.pop(number)
-                    if recounts:
-                        sender.send(("ok", np.stack([
-                            overlap.overlap_counts(measured.prompt(index), measured.output(index), earlier,
-                                                   OVERLAP_MAX_N)
-                            for index, earlier in recounts])))
             except BaseException as error:  # noqa: BLE001 - re-raised in the main process
                 sender.send(("error", error))
                 return
@@ -790,6 +794,8 @@ class _WorkerPool:
         self._chunks = 0  # chunks sent: the next one's number
         # Per worker, what it will send back, in order: ("job", chunk number or -1) or ("recount", number).
         self._expected: list[collections.deque[tuple[str, int]]] = [collections.deque() for _ in range(workers)]
+        # Per worker, the recounts asked and not yet sent (they go with its next message, `_put`).
+        self._recounts: list[list[tuple[int, list[tuple[int, list[np.ndarray]]]]]] = [[] for _ in range(workers)]
         # Where a chunk's recomputed counts go (_Crossings.recounted): (chunk number, counts).
         self.recounted: Callable[[int, np.ndarray], None] | None = None
     def _start(self, first: Job) -> None:
@@ -853,8 +859,7 @@ class _WorkerPool:
             if not self.processes:
                 self._start(job)
             worker = next(self._turn)
-            self.inboxes[worker].put(("chunk", self._chunks, job, bounds))
-            self._expected[worker].append(("job", self._chunks))
+            self._put(worker, ("chunk", self._chunks, job, bounds), self._chunks)
             self._chunks += 1
             return worker
         if "tokenizer" not in self.tokenizer_state and any(
@@ -866,17 +871,23 @@ class _WorkerPool:
         shards = self._route(job, next_row)
         for worker, indices in enumerate(shards):
             if indices:
-                self.inboxes[worker].put(("batch", [job[i] for i in indices], bounds))
-                self._expected[worker].append(("job", -1))
+                self._put(worker, ("batch", [job[i] for i in indices], bounds), -1)
         return shards
+
+    def _put(self, worker: int, job: tuple | None, number: int) -> None:
+        """Sends `worker` the recounts asked of it since its last message, then `job` (chunk `number`, -1 for a
+        batch; None: the recounts alone), and notes the results it will send back in that order."""
+        recounts, self._recounts[worker] = self._recounts[worker], []
+        self.inboxes[worker].put((recounts, job))
+        self._expected[worker].extend(("recount", chunk) for chunk, requests in recounts if requests)
+        if job is not None:
+            self._expected[worker].append(("job", number))
 
     def recount(self, worker: int, number: int, recounts: list[tuple[int, list[np.ndarray]]]) -> None:
         """Asks `worker` for chunk `number`'s `recounts` (its request, the earlier outputs to count with),
-        none to let it drop the chunk's ids; the counts come back to `recounted` as the worker's next
-        results are read."""
-        self.inboxes[worker].put(("recount", number, recounts))
-        if recounts:
-            self._expected[worker].append(("recount", number))
+        none to let it drop the chunk's ids, with its next message; the counts come back to `recounted` as
+        the worker's results are read."""
+        self._recounts[worker].append((number, recounts))
 
     def map(self, jobs: Iterator[Job], bounds: Callable[[], tuple[int, int]]) -> Iterator[tuple[Job, MeasuredBatch | MeasuredChunk]]:
         """(job, its results) in order; up to IN_FLIGHT_PER_WORKER jobs per worker ahead are being measured.
@@ -906,7 +917,10 @@ class _WorkerPool:
             yield job, MeasuredBatch.merged(len(job), parts)  # type: ignore[arg-type]
 
     def drain(self) -> None:
-        """Reads the recounts still to come (every job's results are in)."""
+        """Sends the recounts not yet sent and reads those still to come (every job's results are in)."""
+        for worker, recounts in enumerate(self._recounts):
+            if recounts:
+                self._put(worker, None, -1)
         for worker, expected in enumerate(self._expected):
             while expected:
                 self._next(worker)
