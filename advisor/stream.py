@@ -15,13 +15,15 @@ conversations written back one per line) go to the workers as chunks of raw line
 plain file's as byte ranges that the worker reads itself), one chunk to one worker in turn, so reading and
 parsing leave the main process too:
 a worker decodes and parses its chunk (`ingest.parse_chunk`: the problems with their line numbers), and
-measures it with the earlier outputs of the chunk's own conversations; the main process absorbs the
-chunks' ingest stats in file order and recomputes the overlap counts of the requests whose conversation
-had outputs before the chunk (`_Crossings`), so the counts are the serial run's. Requests of the other
+measures it with the earlier outputs of the chunk's own conversations and sends back the ids the main
+process reads (`MeasuredBatch.slimmed`); the main process absorbs the chunks' ingest stats in file order
+and has the chunk's worker count again the overlaps of the requests whose conversation had other
+outputs before them in the serial run (`_Crossings`), so the counts are the serial run's. Requests of the other
 formats are batched and routed by conversation, so a conversation's turns meet its earlier outputs (the
 overlap's context) and its cached pieces in the same worker. Results come back per job and are collected
 in file order, so the report is the serial run's exactly (tests/test_stream.py). Memory per worker: its
-tokenizer and piece cache, its share of the context budget, one chunk's outputs.
+tokenizer and piece cache, its share of the context budget, the ids of the few chunks whose recounts are
+still to be asked.
 """
 from __future__ import annotations
 
