@@ -128,10 +128,10 @@ class MeasuredBatch:
 
     def slimmed(self, prompts: np.ndarray, outputs: np.ndarray) -> MeasuredBatch:
         """This batch with the ids of the prompts of requests `prompts` and the outputs of `outputs` (indices)
-        only, the others' starts -1: what a worker sends back. Every request's prompt ids are 4/5 of a chat
-        log's ids (each turn repeats the history), and receiving them was a quarter of the main process's
-        work on 16 workers; it reads the outputs of conversations (the overlap's context) and the ids of
-        the replay sample's candidates only."""
+        only, the others' starts -1: what a worker sends back. The prompts are about three quarters of a chat
+        log's ids (each turn repeats the history), and receiving every id was a quarter of the main
+        process's stream work on 16 workers; it reads the outputs of conversations (the overlap's context)
+        and the ids of the replay sample's candidates only."""
         keep = np.zeros((2, self.size), dtype=bool)
         keep[0, prompts], keep[1, outputs] = True, True
         starts = np.full((2, self.size), -1, dtype=np.int64)
@@ -470,8 +470,8 @@ def measure_ids(batch: list[Request], packed: PackedIds, options: StreamOptions,
                                                  options.block_size)
     return MeasuredBatch(np.where(prompt_lens >= 0, prompt_lens, facts.logged_prompt_tokens),
                          np.where(output_lens >= 0, output_lens, logged_out), prompt_lens >= 0, packed.ids,
-                         packed.starts, packed.starts + np.maximum(prompt_lens, 0), prompt_lens, output_lens, options.block_size, traced, counted, counts,
-                         with_context, facts, hashed, blocks, offsets)
+                         packed.starts, packed.starts + np.maximum(prompt_lens, 0), prompt_lens, output_lens,
+                         options.block_size, traced, counted, counts, with_context, facts, hashed, blocks, offsets)
 
 
 def collect_batch(measured: MeasuredBatch, out: Collected) -> None:
@@ -891,7 +891,8 @@ class _WorkerPool:
         the worker's results are read."""
         self._recounts[worker].append((number, recounts))
 
-    def map(self, jobs: Iterator[Job], bounds: Callable[[], tuple[int, int]]) -> Iterator[tuple[Job, MeasuredBatch | MeasuredChunk]]:
+    def map(self, jobs: Iterator[Job],
+            bounds: Callable[[], tuple[int, int]]) -> Iterator[tuple[Job, MeasuredBatch | MeasuredChunk]]:
         """(job, its results) in order; up to IN_FLIGHT_PER_WORKER jobs per worker ahead are being measured.
         `bounds()`: the chain store's and the replay sample's bounds as each job is sent (they only fall, so
         the workers hash a superset of the chains the store keeps when it collects their results, and send

@@ -425,6 +425,30 @@ def test_collected_absorb_equals_one_pass(real_file):
     np.testing.assert_array_equal(counts[:, :2], wholes[:, :2])  # ngrams and prompt hits: per request
 
 
+def test_slimmed_batches_keep_the_ids_asked_for():
+    """What a worker sends back: the prompts and outputs asked for, read back as in the whole batch."""
+    prompts, outputs = [np.arange(5) + 10 * i for i in range(3)], [np.arange(3) + 100 * i for i in range(3)]
+    ids = np.concatenate([part for pair in zip(prompts, outputs) for part in pair]).astype(np.int32)
+    starts = np.array([0, 8, 16])
+    facts = stream.Facts(np.zeros(3), np.zeros(3), np.zeros(3), state.SamplingCounts(), [],
+                         np.full(3, -1, dtype=np.int32), np.zeros(3, dtype=np.uint32), np.zeros(3, dtype=np.int64),
+                         np.zeros(3, dtype=np.int64), [None] * 3)
+    whole = stream.MeasuredBatch(np.full(3, 5.0), np.full(3, 3.0), np.ones(3, dtype=bool), ids, starts, starts + 5,
+                                 np.full(3, 5), np.full(3, 3), 16, [], np.arange(3), np.zeros((3, 3, 5), np.int64),
+                                 np.zeros(3, dtype=bool), facts, np.zeros(0, np.int64), np.zeros(0, np.uint64),
+                                 np.zeros(1, np.int64))
+    slim = whole.slimmed(np.array([2]), np.array([0, 2]))
+    assert slim.ids.size == 3 + 5 + 3 and slim.starts.tolist() == [-1, -1, 3]
+    for index in (0, 2):
+        np.testing.assert_array_equal(slim.output(index), outputs[index])
+    np.testing.assert_array_equal(slim.prompt(2), prompts[2])
+    assert slim.prompt_lens.tolist() == whole.prompt_lens.tolist()  # the lengths stay whole
+    merged = stream.MeasuredBatch.merged(6, [([0, 2, 4], whole), ([1, 3, 5], slim)])
+    np.testing.assert_array_equal(merged.prompt(4), prompts[2])
+    np.testing.assert_array_equal(merged.output(5), outputs[2])
+    assert merged.starts[[1, 3]].tolist() == [-1, -1]
+
+
 def test_records_sent_to_workers_pickle_by_field_values():
     """Requests go to the workers and results come back pickled (record.pickled_by_fields): every field survives."""
     import pickle
@@ -442,9 +466,9 @@ def test_records_sent_to_workers_pickle_by_field_values():
                          np.array([7]), ["c"])
     measured = stream.MeasuredBatch(
         np.array([40.0, 7.0]), np.array([3.0, np.nan]), np.array([True, False]), np.arange(43, dtype=np.int32),
-        np.array([0, 43]), np.array([40, 43]), np.array([40, -1]), np.array([3, -1]), 16, [(1, chain, 512)], np.array([0]),
-        np.arange(15).reshape(1, 3, 5), np.array([True]), facts, np.array([0]), np.array([8, 9], dtype=np.uint64),
-        np.array([0, 2]))
+        np.array([0, 43]), np.array([40, 43]), np.array([40, -1]), np.array([3, -1]), 16, [(1, chain, 512)],
+        np.array([0]), np.arange(15).reshape(1, 3, 5), np.array([True]), facts, np.array([0]),
+        np.array([8, 9], dtype=np.uint64), np.array([0, 2]))
     back = pickle.loads(pickle.dumps(measured))
     assert back.facts.replica_names == ["r1"] and back.facts.replica_labels.tolist() == [-1, 0]
     assert back.facts.sampling.counts == facts.sampling.counts and back.facts.conversations == ["c"]
