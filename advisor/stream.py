@@ -794,8 +794,8 @@ class _WorkerPool:
         self.processes: list[Any] = []
         self._turn = itertools.cycle(range(workers))
         self._chunks = 0  # chunks sent: the next one's number
-        # Per worker, what it will send back, in order: ("job", chunk number or -1) or ("recount", number).
-        self._expected: list[collections.deque[tuple[str, int]]] = [collections.deque() for _ in range(workers)]
+        # Per worker, what it will send back, in order: None for a job's result, a chunk number for its recounts.
+        self._expected: list[collections.deque[int | None]] = [collections.deque() for _ in range(workers)]
         # Per worker, the recounts asked and not yet sent (they go with its next message, `_put`).
         self._recounts: list[list[tuple[int, list[tuple[int, list[np.ndarray]]]]]] = [[] for _ in range(workers)]
         # Where a chunk's recomputed counts go (_Crossings.recounted): (chunk number, counts).
@@ -861,7 +861,7 @@ class _WorkerPool:
             if not self.processes:
                 self._start(job)
             worker = next(self._turn)
-            self._put(worker, ("chunk", self._chunks, job, bounds), self._chunks)
+            self._put(worker, ("chunk", self._chunks, job, bounds))
             self._chunks += 1
             return worker
         if "tokenizer" not in self.tokenizer_state and any(
@@ -873,17 +873,17 @@ class _WorkerPool:
         shards = self._route(job, next_row)
         for worker, indices in enumerate(shards):
             if indices:
-                self._put(worker, ("batch", [job[i] for i in indices], bounds), -1)
+                self._put(worker, ("batch", [job[i] for i in indices], bounds))
         return shards
 
-    def _put(self, worker: int, job: tuple | None, number: int) -> None:
-        """Sends `worker` the recounts asked of it since its last message, then `job` (chunk `number`, -1 for a
-        batch; None: the recounts alone), and notes the results it will send back in that order."""
+    def _put(self, worker: int, job: tuple | None) -> None:
+        """Sends `worker` the recounts asked of it since its last message, then `job` (None: the recounts
+        alone), and notes the results it will send back in that order."""
         recounts, self._recounts[worker] = self._recounts[worker], []
         self.inboxes[worker].put((recounts, job))
-        self._expected[worker].extend(("recount", chunk) for chunk, requests in recounts if requests)
+        self._expected[worker].extend(chunk for chunk, requests in recounts if requests)
         if job is not None:
-            self._expected[worker].append(("job", number))
+            self._expected[worker].append(None)
 
     def recount(self, worker: int, number: int, recounts: list[tuple[int, list[np.ndarray]]]) -> None:
         """Asks `worker` for chunk `number`'s `recounts` (its request, the earlier outputs to count with),
@@ -916,40 +916,36 @@ class _WorkerPool:
             if isinstance(shards, int):
                 yield job, self._chunk_result(shards)
                 continue
-            parts = [(indices, self._result(worker)[1]) for worker, indices in enumerate(shards) if indices]
+            parts = [(indices, self._result(worker)) for worker, indices in enumerate(shards) if indices]
             yield job, MeasuredBatch.merged(len(job), parts)  # type: ignore[arg-type]
 
     def drain(self) -> None:
         """Sends the recounts not yet sent and reads those still to come (every job's results are in)."""
         for worker, recounts in enumerate(self._recounts):
             if recounts:
-                self._put(worker, None, -1)
-        for worker, expected in enumerate(self._expected):
-            while expected:
-                self._next(worker)
+                self._put(worker, None)
+        for worker in range(self.workers):
+            while self._expected[worker]:
+                self._result(worker)
 
-    def _result(self, worker: int) -> tuple[int, Any]:
-        """`worker`'s next job result (its chunk number, -1 for a batch; and the result), handing the recounts
-        it sent before it to `recounted`."""
-        while (result := self._next(worker)) is None:
-            pass
-        return result
-
-    def _next(self, worker: int) -> tuple[int, Any] | None:
-        """Reads `worker`'s next message: a job's (chunk number, result), or None for recounts (handed over)."""
-        kind, number = self._expected[worker].popleft()
-        status, payload = _receive(self.outboxes[worker], self.processes[worker])
-        if status == "error":
-            raise payload
-        if kind == "job":
-            return number, payload
-        assert self.recounted is not None, "recounts are asked by _Crossings, which takes them"
-        self.recounted(number, payload)
+    def _result(self, worker: int) -> Any:
+        """`worker`'s next job result, handing the recounts it sends before it to `recounted` (None when only
+        recounts were left to read)."""
+        expected = self._expected[worker]
+        while expected:
+            chunk = expected.popleft()
+            status, payload = _receive(self.outboxes[worker], self.processes[worker])
+            if status == "error":
+                raise payload
+            if chunk is None:
+                return payload
+            assert self.recounted is not None, "recounts are asked by _Crossings, which takes them"
+            self.recounted(chunk, payload)
         return None
 
     def _chunk_result(self, worker: int) -> MeasuredChunk:
         """A chunk's results from its worker; the tokenizer it used is then the run's (the report names it)."""
-        _, payload = self._result(worker)
+        payload = self._result(worker)
         payload.worker = worker
         if payload.tokenizer_used and "request_tokenizer" not in self.tokenizer_state:
             if self.preloaded is not None:
