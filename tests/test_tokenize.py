@@ -218,9 +218,14 @@ def test_each_distinct_piece_encoded_once(default_tok, real_file, monkeypatch):
     assert len(encoded) == len(set(encoded))
     distinct = {p for r in requests for text in (default_tok.render_chat(r.messages), r.completion)
                 for p in default_tok.split_special(text) if isinstance(p, str)}
-    assert set(encoded) == distinct
+    # An assistant message's body is "\n\n" + an earlier completion: built from the completion's ids.
+    derived = {p for p in distinct if p.startswith("\n\n") and len(p) > 2 and not p[2].isspace() and p[2:] in distinct}
+    assert len(derived) > len(requests) / 2 and rt.stats.derived_texts == len(derived)
+    assert set(encoded) == distinct - derived
+    assert all(t.prompt_ids.tolist() == w for t, w in zip(first, default_tok.encode_texts(
+        [default_tok.render_chat(r.messages) for r in requests], special=True)))
     # every earlier turn repeats in later requests: most look-ups are hits (of whole messages, or pieces)
-    assert rt.stats.cache_hits == rt.stats.pieces - len(encoded)
+    assert rt.stats.cache_hits == rt.stats.pieces - len(encoded) - len(derived)
     assert rt.stats.cache_hits + rt.stats.segment_hits > 3 * len(encoded)
     again = rt.tokenize(requests)
     assert len(calls) == 1, "a second pass is served from the cache"
@@ -275,6 +280,79 @@ def test_tiny_cache_evicts_and_stays_exact(default_tok, real_file):
     got = [t for i in range(0, len(requests), 16) for t in small.tokenize(requests[i:i + 16])]
     assert small.stats.evictions > 0 and small._cache.bytes <= 64 << 10
     assert all(np.array_equal(a.prompt_ids, b.prompt_ids) for a, b in zip(reference, got))
+
+
+# ---------------------------------------------------------------- "\n\n" + text from text's ids
+
+# Unicode's White_Space characters (PropList.txt since Unicode 6.3): what the split pattern's \s matches.
+WHITE_SPACE = (*range(0x9, 0xE), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F,
+               0x3000)
+
+
+def test_blank_line_then_text_encodes_as_the_blank_line_then_the_text(default_tok):
+    """`blank_line_ids`: encode("\n\n" + text) == ids of "\n\n" + encode(text) when text[0] is not whitespace,
+    for every first character of the Basic Multilingual Plane and every 61st beyond (all of them pass too:
+    8 s), each followed by a contraction, a space and a letter. The check of text[0] is str.isspace, which
+    accepts every White_Space character; with one of those first the pieces do change."""
+    assert all(chr(c).isspace() for c in WHITE_SPACE)
+    blank_line = default_tok.blank_line_ids
+    assert blank_line.tolist() == default_tok.encode_ordinary(["\n\n"])[0]
+    firsts = [chr(c) for c in (*range(0x10000), *range(0x10000, 0x110000, 61))
+              if not 0xD800 <= c < 0xE000 and not chr(c).isspace()]
+    whole = default_tok.encode_ordinary_arrays(["\n\n" + first + "'s x" for first in firsts])
+    rest = default_tok.encode_ordinary_arrays([first + "'s x" for first in firsts])
+    assert [f for f, w, r in zip(firsts, whole, rest) if not np.array_equal(w, np.concatenate((blank_line, r)))] == []
+    assert default_tok.encode_ordinary(["\n\n\nx"])[0] != blank_line.tolist() + default_tok.encode_ordinary(["\nx"])[0]
+
+
+def test_blank_line_ids_only_for_the_llama3_split_pattern(default_tok, tiny_dir):
+    from advisor.tokenize.tiktoken_backend import LLAMA3_PATTERN, TiktokenTokenizer
+
+    assert default_tok.encoding._pat_str == LLAMA3_PATTERN
+    other = tiktoken.Encoding(name="other", pat_str=r"\s+|\S+", mergeable_ranks=default_tok.encoding._mergeable_ranks,
+                              special_tokens={})
+    assert TiktokenTokenizer(other, default_tok.info, template=None, template_variables={}, eos_token_ids=(),
+                             completion_prefix=()).blank_line_ids is None
+    assert load_tokenizer(str(tiny_dir)).blank_line_ids is None
+
+
+BLANK_LINE_CASES = (  # completions, each repeated as the assistant message of the next turn
+    "Plain reply.", "  padded reply \n", "'s a contraction", "12345 digits", "<|eot_id|> special text first",
+    "ends in special text <|eot_id|>", "a lone \ud800 surrogate", "\u3000ideographic space first", "\n\nblank first",
+    "\x1cfile separator first", "caf\u00e9 \U0001f600", "",
+)
+
+
+def test_assistant_messages_built_from_completions_equal_the_whole_render(default_tok):
+    """Every turn's assistant message is the completion before it: ids from the completion's where its body
+    qualifies, in one batch, across batches (from the cache) and from a batch still encoding on a thread,
+    equal to encoding the whole rendered prompt."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    requests, history = [], [Message("system", "Be brief.")]
+    for number, completion in enumerate(BLANK_LINE_CASES * 3):
+        history.append(Message("user", f"question {number}"))
+        requests.append(Request(source=f"t#{number}", messages=tuple(history), completion=completion))
+        history.append(Message("assistant", completion))
+    whole = default_tok.encode_texts([default_tok.render_chat(r.messages) for r in requests], special=True)
+    outputs = default_tok.encode_texts([r.completion for r in requests], special=True)
+    for size in (len(requests), 5, 1):
+        tokenizer = RequestTokenizer(default_tok)
+        got = [t for i in range(0, len(requests), size) for t in tokenizer.tokenize(requests[i:i + size])]
+        assert [t.prompt_ids.tolist() for t in got] == whole
+        assert [t.output_ids.tolist() for t in got] == outputs
+        assert tokenizer.stats.derived_texts >= 6
+    tokenizer = RequestTokenizer(default_tok)
+    packed = []
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        started = tokenizer.begin(requests[:1], executor)
+        for request in requests[1:]:  # each turn's completion is still encoding when the next turn begins
+            following = tokenizer.begin([request], executor)
+            packed.append(tokenizer.finish(started))
+            started = following
+        packed.append(tokenizer.finish(started))
+    assert [p.prompt(0).tolist() for p in packed] == whole
+    assert tokenizer.stats.derived_texts >= 6
 
 
 # ---------------------------------------------------------------- per-message segments of the Llama 3.1 template

@@ -50,6 +50,12 @@ class Tokenizer(ABC):
     # Per-message segments of the chat template (advisor.tokenize.chat.Llama31Segments) where the template
     # is known to render that way; None: every chat prompt is rendered whole.
     segments = None
+    # The ids of "\n\n" where encoding "\n\n" + text gives them followed by text's own ids whenever text
+    # starts with a character that is not whitespace (str.isspace); None where that is not known to hold.
+    # The Llama 3.1 template puts "\n\n" before every message's content, and an assistant message is
+    # usually an earlier request's completion: its ids are then taken from the completion's, not encoded
+    # again (advisor.tokenize.request). A backend sets it only for a split pattern it has checked.
+    blank_line_ids: np.ndarray | None = None
 
     @abstractmethod
     def encode_texts(self, texts: Sequence[str], *, special: bool) -> list[list[int]]:

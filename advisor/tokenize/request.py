@@ -92,6 +92,7 @@ class TokenizeStats:
     cache_hits: int = 0
     encoded_texts: int = 0  # distinct texts sent to the tokenizer
     encoded_chars: int = 0
+    derived_texts: int = 0  # distinct texts "\n\n" + rest whose ids were built from rest's (no encoding)
     tokens: int = 0  # prompt + output tokens produced
     evictions: int = 0
     segment_hits: int = 0  # chat messages (and system headers) served whole from the segment cache
@@ -172,6 +173,7 @@ class RequestTokenizer:
         self._unfinished: StartedBatch | None = None  # the batch begun last, while it is not finished
         self._special: dict[int, np.ndarray] = {}  # special id -> 1-element array, reused
         self._prefix = np.asarray(tokenizer.completion_prefix, dtype=np.int32)
+        self._blank_line = tokenizer.blank_line_ids if tokenizer.split_invariant else None
         self._suffix = np.asarray(tokenizer.completion_suffix, dtype=np.int32)
 
     def clear_cache(self) -> None:
@@ -208,12 +210,12 @@ class RequestTokenizer:
             except TokenizerError as exc:
                 raise TokenizerError(f"{request.source}: {exc}") from exc
         in_flight = previous.missed if previous is not None else set()
-        found, texts, deferred = self._look_up(plans, in_flight)
+        found, texts, deferred, derived = self._look_up(plans, in_flight)
         encoded: Future | list[np.ndarray] = []
         if texts:
             encoded = executor.submit(self._encode, texts) if executor is not None else self._encode(texts)
-        self._unfinished = StartedBatch(plans, found, texts, encoded, set(texts), self._pending,
-                                        previous if deferred else None, deferred)
+        self._unfinished = StartedBatch(plans, found, texts, encoded, {*texts, *derived}, self._pending,
+                                        previous if deferred else None, deferred, derived)
         self._pending, self._earlier = {}, {}
         return self._unfinished
 
@@ -230,6 +232,12 @@ class RequestTokenizer:
         for text, array in zip(started.texts, encoded):
             found[text] = array
             stats.evictions += self._cache.put(text, array)
+        if started.derived:
+            stats.derived_texts += len(started.derived)
+            blank_line = self._blank_line
+            for text, rest in started.derived.items():
+                found[text] = array = np.concatenate((blank_line, found[rest]))
+                stats.evictions += self._cache.put(text, array)
         plans = started.plans
         count = len(plans)
         lengths = np.full((2, count), -1, dtype=np.int64)
@@ -312,10 +320,11 @@ class RequestTokenizer:
                 out.append(piece)
         return out
 
-    def _look_up(self, plans: list[tuple[list | None, list | None]],
-                 in_flight: set[str]) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
-        """The batch's text pieces found in the cache, its distinct misses in order, and the pieces that the
-        batch before encodes (`in_flight`: its misses, not in the cache until it finishes).
+    def _look_up(self, plans: list[tuple[list | None, list | None]], in_flight: set[str]
+                 ) -> tuple[dict[str, np.ndarray], list[str], list[str], dict[str, str]]:
+        """The batch's text pieces found in the cache, its distinct misses to encode in order, the pieces that
+        the batch before encodes (`in_flight`: its misses, not in the cache until it finishes), and the misses
+        whose ids are "\n\n"'s then those of a text found or encoded with them (`_derivable`): miss -> text.
 
         The found ids are a dict local to the batch so that evictions during insertion cannot lose a piece.
         """
@@ -348,7 +357,30 @@ class RequestTokenizer:
         stats = self.stats
         stats.pieces += len(texts)
         stats.cache_hits += len(texts) - len(misses)
-        return found, list(misses), list(deferred)
+        derived = self._derivable(misses, found, deferred, in_flight) if self._blank_line is not None else {}
+        return found, [text for text in misses if text not in derived], list(deferred), derived
+
+    def _derivable(self, misses: dict[str, None], found: dict[str, np.ndarray], deferred: dict[str, None],
+                   in_flight: set[str]) -> dict[str, str]:
+        """The misses "\n\n" + rest (rest starting with a non-whitespace character: `Tokenizer.blank_line_ids`)
+        whose rest this batch has ids for anyway: found, encoded, or taken from the batch before (added to
+        `found` and `deferred` here). In a multi-turn log that is every assistant message that repeats the
+        completion of an earlier request: its template body is "\n\n" + the completion, stripped."""
+        derived: dict[str, str] = {}
+        get = self._cache.get
+        for text in misses:
+            if not text.startswith("\n\n") or len(text) < 3 or text[2].isspace():
+                continue
+            rest = text[2:]
+            if rest in misses or rest in found or rest in deferred:
+                derived[text] = rest
+            elif (ids := get(rest)) is not None:
+                found[rest] = ids
+                derived[text] = rest
+            elif rest in in_flight:
+                deferred[rest] = None
+                derived[text] = rest
+        return derived
 
     def _encode(self, texts: list[str]) -> list[np.ndarray]:
         """The ids of a batch's missed pieces, in one batched call (GIL-free in the encoders: on a thread)."""
@@ -368,8 +400,10 @@ class RequestTokenizer:
 @dataclass(slots=True, eq=False)
 class StartedBatch:
     """A batch between `RequestTokenizer.begin` and `finish`: its plans, the pieces found in the cache, the
-    missed pieces (`texts`, and as a set `missed`) with their ids being encoded (a Future when on an
-    executor), its missed chat segments, and the pieces `deferred` to the batch begun before it, `previous`."""
+    missed pieces being encoded (`texts`: their ids a Future when on an executor), its missed chat segments,
+    the pieces `deferred` to the batch begun before it, `previous`, and the missed pieces built from the ids
+    of another (`derived`: "\n\n" + rest -> rest). `missed` holds the encoded and the derived pieces: a batch
+    begun before this one finishes takes them from it."""
 
     plans: list[tuple[list | None, list | None]]
     found: dict[str, np.ndarray]
@@ -379,6 +413,7 @@ class StartedBatch:
     segments: dict[Hashable, _Segment]
     previous: StartedBatch | None
     deferred: list[str]
+    derived: dict[str, str]
 
 
 def _own(ids: np.ndarray | None) -> np.ndarray | None:

@@ -33,6 +33,13 @@ LLAMA3_PATTERN = (
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 LLAMA3_NUM_BASE_TOKENS = 128_000
+# Why "\n\n" + text encodes as "\n\n" then text (`Tokenizer.blank_line_ids`) under LLAMA3_PATTERN: the pattern
+# has no look-behind and no anchor, so the pieces found from a position depend only on the text from there.
+# At the start of "\n\n" + text, where text[0] is not whitespace (regex \s is Unicode White_Space, every
+# character of which str.isspace accepts), no alternative before `\s*[\r\n]+` matches a newline, and that
+# one matches exactly "\n\n" (its \s* cannot take text[0]); the next piece starts where text starts, and BPE
+# merges stay within a piece (tests/test_tokenize.py checks it on every White_Space character and real chats).
+BLANK_LINE = "\n\n"
 LLAMA3_BOS = "<|begin_of_text|>"
 DEFAULT_NAME = "Llama 3.1 (llama-models tokenizer.model, default)"
 DEFAULT_WARNING = (
@@ -118,6 +125,8 @@ class TiktokenTokenizer(Tokenizer):
         self._template_variables = template_variables
         self.segments = chat.segmenter(template, template_variables, self.special_ids)
         self._encode_buffer = encoding._core_bpe.encode_to_tiktoken_buffer
+        if encoding._pat_str == LLAMA3_PATTERN:
+            self.blank_line_ids = self._encode_one(BLANK_LINE)
 
     # tiktoken's own *_batch methods spread texts over a Python thread pool; on ShareGPT text that measured
     # 20-30% slower than a plain loop on a 2-core machine (docs/tokenizers.md), so the batch is a loop here.
