@@ -95,7 +95,8 @@ class TokenizeStats:
     derived_texts: int = 0  # distinct texts "\n\n" + rest whose ids were built from rest's (no encoding)
     tokens: int = 0  # prompt + output tokens produced
     evictions: int = 0
-    segment_hits: int = 0  # chat messages (and system headers) served whole from the segment cache
+    segment_hits: int = 0  # chat messages (and system headers) served whole: from the segment cache, or
+    # rendered earlier in the same batch (or the one before, while it is unfinished)
 
 
 def _key_bytes(key: Hashable) -> int:
@@ -170,6 +171,7 @@ class RequestTokenizer:
         self._segments = _PieceCache(segment_bytes)
         self._pending: dict[Hashable, _Segment] = {}  # this batch's segment misses, each rendered once
         self._earlier: dict[Hashable, _Segment] = {}  # those of the unfinished batch before it, while planning
+        self._texts: list[str] = []  # the text pieces of the batch being planned, as `_arrays` meets them
         self._unfinished: StartedBatch | None = None  # the batch begun last, while it is not finished
         self._special: dict[int, np.ndarray] = {}  # special id -> 1-element array, reused
         self._prefix = np.asarray(tokenizer.completion_prefix, dtype=np.int32)
@@ -200,7 +202,7 @@ class RequestTokenizer:
         Batches finish in the order they began."""
         previous = self._unfinished
         plans: list[tuple[list | None, list | None]] = []
-        self._pending = {}  # (a batch that failed may have left some)
+        self._pending, self._texts = {}, []  # (a batch that failed may have left some)
         self._earlier = previous.segments if previous is not None else {}
         for request in requests:
             try:
@@ -210,13 +212,13 @@ class RequestTokenizer:
             except TokenizerError as exc:
                 raise TokenizerError(f"{request.source}: {exc}") from exc
         in_flight = previous.missed if previous is not None else set()
-        found, texts, deferred, derived = self._look_up(plans, in_flight)
+        found, texts, deferred, derived = self._look_up(in_flight)
         encoded: Future | list[np.ndarray] = []
         if texts:
             encoded = executor.submit(self._encode, texts) if executor is not None else self._encode(texts)
         self._unfinished = StartedBatch(plans, found, texts, encoded, {*texts, *derived}, self._pending,
                                         previous if deferred else None, deferred, derived)
-        self._pending, self._earlier = {}, {}
+        self._pending, self._earlier, self._texts = {}, {}, []
         return self._unfinished
 
     def finish(self, started: StartedBatch) -> PackedIds:
@@ -249,8 +251,13 @@ class RequestTokenizer:
                     continue
                 size = 0
                 for part in parts:
-                    array = (self._segment_ids(part, found) if isinstance(part, _Segment) else
-                             found[part] if isinstance(part, str) else part)
+                    kind = type(part)
+                    if kind is str:
+                        array = found[part]
+                    elif kind is _Segment:
+                        array = part.ids if part.ids is not None else self._segment_ids(part, found)
+                    else:
+                        array = part
                     arrays.append(array)
                     size += array.size
                 lengths[side, index] = size
@@ -293,10 +300,12 @@ class RequestTokenizer:
             self.stats.segment_hits += 1
             return ids
         pending = self._pending.get(key) or self._earlier.get(key)
-        if pending is None:
-            pieces = self._segmenter.pieces(key)
-            parts = self._split(self._segmenter.render(key)) if pieces is None else self._arrays(pieces)
-            pending = self._pending[key] = _Segment(key, parts)
+        if pending is not None:
+            self.stats.segment_hits += 1
+            return pending
+        pieces = self._segmenter.pieces(key)
+        parts = self._split(self._segmenter.render(key)) if pieces is None else self._arrays(pieces)
+        pending = self._pending[key] = _Segment(key, parts)
         return pending
 
     def _split(self, text: str | None) -> list | None:
@@ -304,45 +313,40 @@ class RequestTokenizer:
         if text is None:
             return None
         if not self.tokenizer.split_invariant:
-            return [text] if text else []
+            if not text:
+                return []
+            self._texts.append(text)
+            return [text]
         return self._arrays(self.tokenizer.split_special(text))
 
     def _arrays(self, pieces: list[str | int]) -> list:
-        """`split_special` pieces with each special-token id as its (reused) 1-element int32 array."""
+        """`split_special` pieces with each special-token id as its (reused) 1-element int32 array; the text
+        pieces are also noted for the batch's look-up (a segment's once, when the batch first meets it)."""
         out: list = []
+        texts = self._texts
         for piece in pieces:
-            if isinstance(piece, int):
+            if type(piece) is str:
+                out.append(piece)
+                texts.append(piece)
+            else:
                 array = self._special.get(piece)
                 if array is None:
                     array = self._special[piece] = np.array([piece], dtype=np.int32)
                 out.append(array)
-            else:
-                out.append(piece)
         return out
 
-    def _look_up(self, plans: list[tuple[list | None, list | None]], in_flight: set[str]
-                 ) -> tuple[dict[str, np.ndarray], list[str], list[str], dict[str, str]]:
-        """The batch's text pieces found in the cache, its distinct misses to encode in order, the pieces that
-        the batch before encodes (`in_flight`: its misses, not in the cache until it finishes), and the misses
-        whose ids are "\n\n"'s then those of a text found or encoded with them (`_derivable`): miss -> text.
+    def _look_up(self, in_flight: set[str]) -> tuple[dict[str, np.ndarray], list[str], list[str], dict[str, str]]:
+        """The batch's text pieces (`_texts`) found in the cache, its distinct misses to encode in order, the
+        pieces that the batch before encodes (`in_flight`: its misses, not in the cache until it finishes), and
+        the misses whose ids are "\n\n"'s then those of a text found or encoded with them (`_derivable`):
+        miss -> text.
 
         The found ids are a dict local to the batch so that evictions during insertion cannot lose a piece.
         """
         found: dict[str, np.ndarray] = {}
         misses: dict[str, None] = {}
         deferred: dict[str, None] = {}
-        texts: list[str] = []  # the batch's text pieces in order, its own missed segments' included
-        own = self._pending
-        for prompt_and_output in plans:
-            for parts in prompt_and_output:
-                if parts is None:
-                    continue
-                for part in parts:
-                    kind = type(part)
-                    if kind is str:
-                        texts.append(part)
-                    elif kind is _Segment and own.get(part.key) is part:  # missed by this batch, not the one
-                        texts.extend(piece for piece in part.pieces if type(piece) is str)  # before it
+        texts = self._texts
         get = self._cache.get
         for piece in texts:
             if piece in found or piece in misses or piece in deferred:
@@ -389,11 +393,11 @@ class RequestTokenizer:
         return [np.asarray(ids, dtype=np.int32) for ids in self.tokenizer.encode_texts(texts, special=True)]
 
     def _segment_ids(self, segment: _Segment, found: dict[str, np.ndarray]) -> np.ndarray:
-        """A missed segment's ids from its pieces, stored in the segment cache (once per batch)."""
-        if segment.ids is None:
-            arrays = [found[part] if isinstance(part, str) else part for part in segment.pieces]
-            segment.ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32)
-            self.stats.evictions += self._segments.put(segment.key, segment.ids)
+        """A missed segment's ids from its pieces, stored in the segment cache (the first time the batch needs
+        them)."""
+        arrays = [found[part] if type(part) is str else part for part in segment.pieces]
+        segment.ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int32)
+        self.stats.evictions += self._segments.put(segment.key, segment.ids)
         return segment.ids
 
 
