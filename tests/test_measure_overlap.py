@@ -143,3 +143,45 @@ def test_scratch_tables_are_left_empty() -> None:
         overlap.overlap_counts(rng.integers(0, 40, 500), output, [output[: size // 2]])
         assert (overlap._scratch.levels == -1).all()
         assert (overlap._scratch.table == -1).all()
+
+
+@pytest.mark.parametrize(
+    ("prompt", "output"),
+    [
+        ([6, 7, 8], [5, 6, 7]),  # the unique 2-gram (6, 7) ends the output: nothing extends it
+        ([1, 2, 3, 5, 2, 3, 4], [1, 2, 3, 4]),  # unique prefixes extended by a wrong token, then the right one
+        ([1, 2, 4, 1, 2, 3, 9], [1, 2, 3, 1, 2, 4, 1, 2, 3]),  # repeated prefix (1, 2), several extensions
+        ([1, 2, 8, 7, 6], [1, 2, 9, 1, 2, 8, 7, 6]),  # repeated (1, 2), unique (1, 2, 8) then unnumbered
+        ([3, 3, 3, 4, 3, 3], [3, 3, 3, 3, 4, 3, 3, 4]),  # runs: repeated n-grams overlapping themselves
+        ([9, 1, 2, 3, 4, 5, 6], [0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4, 5, 7]),  # unique only from n = 7 on
+    ],
+)
+def test_unique_and_repeated_prefixes_equal_naive_sets(prompt: list[int], output: list[int]) -> None:
+    """Repeated n-grams extend through the tables; an n-gram with a unique prefix only by the output's next
+    token (and not at all at the output's end). Each case mixes both, in the prompt and as context."""
+    for max_n in (2, 3, 5, 8):
+        context = [prompt[::-1], prompt]
+        got = request_overlap(np.array(prompt), np.array(output), [np.array(c) for c in context], max_n)
+        assert got == naive_overlap(prompt, output, context, max_n), max_n
+
+
+def test_copied_spans_with_mutations_equal_naive_sets() -> None:
+    """Outputs of repeated motifs and prompts of their stretches with single tokens changed: prompt walks run
+    deep into both repeated and unique n-grams and leave them at the changed token."""
+    rng = np.random.default_rng(21)
+    for case in range(60):
+        motifs = [rng.integers(0, 12, int(rng.integers(2, 7))) for _ in range(3)]
+        parts = rng.integers(0, 5, 8)  # a motif, or 4 fresh tokens
+        output = np.concatenate([motifs[k] if k < 3 else rng.integers(0, 12, 4) for k in parts])
+        pieces = []
+        for _ in range(4):
+            start = int(rng.integers(0, output.size))
+            piece = output[start:start + int(rng.integers(1, 9))].copy()
+            piece[int(rng.integers(0, piece.size))] = rng.integers(0, 14)
+            pieces.append(piece)
+        prompt = np.concatenate(pieces)
+        context = [pieces[0], output[: output.size // 3]]
+        max_n = int(rng.integers(2, 9))
+        got = request_overlap(prompt, output, context, max_n)
+        expected = naive_overlap(prompt.tolist(), output.tolist(), [c.tolist() for c in context], max_n)
+        assert got == expected, case
