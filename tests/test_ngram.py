@@ -12,7 +12,8 @@ import pytest
 
 from advisor.errors import ConfigError
 from advisor.measure.ngram import (
-    ACCEPTED, COUNTER_COLUMNS, DECODE_STEPS, DRAFT_TOKENS, DRAFTS, OUTPUT_TOKENS, TAIL_AT, TAIL_LEN, replay_ngram,
+    ACCEPTED, COUNTER_COLUMNS, DECODE_STEPS, DRAFT_TOKENS, DRAFTS, LAST_CONTEXT, MAX_SLOTS, OUTPUT_TOKENS, TAIL_AT,
+    TAIL_LEN, count_step, replay_ngram,
 )
 from advisor.measure.specreplay import expected_past_end, normalize_config, replay_config, sweep
 
@@ -146,6 +147,36 @@ def test_randomized_equivalence_with_vllm_function(seed):
                         want["drafts"], want["draft_tokens"], want["accepted"], want["steps"]
                     ), (seed, max_model_len, low, high, k, r)
                     expected_pos += want["per_pos"]
+                assert per_pos[w, ki, :k].tolist() == expected_pos.tolist()
+
+
+def test_every_counter_column_as_count_step_counts_it():
+    """The replay counts each window's steps in bulk; driving vLLM's steps through `count_step` (the suffix and
+    draft replays' per-step counting) must give every column, LAST_CONTEXT, MAX_SLOTS and TAIL_* included."""
+    rng = np.random.default_rng(11)
+    requests = [(rng.integers(0, 3, int(rng.integers(0, 30))), rng.integers(0, 3, int(rng.integers(0, 30))))
+                for _ in range(80)]
+    windows, ks = [(1, 3), (2, 2)], [1, 3, 6]
+    for max_model_len in (None, 40):
+        counters, per_pos = replay_ngram(requests, windows, ks, max_model_len)
+        for w, (low, high) in enumerate(windows):
+            for ki, k in enumerate(ks):
+                expected_pos = np.zeros(k, dtype=np.int64)
+                for r, (prompt, output) in enumerate(requests):
+                    full = np.concatenate([prompt, output]).astype(np.int64)
+                    row = np.zeros(COUNTER_COLUMNS, dtype=np.int64)
+                    if len(output):
+                        row[LAST_CONTEXT] = row[MAX_SLOTS] = len(prompt)
+                        row[OUTPUT_TOKENS] = len(output)
+                    limit = max_model_len or BIG
+                    t = len(prompt) + 1
+                    while len(output) and t < len(full):
+                        draft = vllm_propose(full[:t], low, high, limit, k)[: max(0, limit - t - 1)]
+                        matched = 0
+                        while matched < len(draft) and t + matched < len(full) and draft[matched] == full[t + matched]:
+                            matched += 1
+                        t += count_step(row, expected_pos, t, len(full), len(draft), matched) + 1
+                    assert counters[r, w, ki].tolist() == row.tolist(), (max_model_len, low, high, k, r)
                 assert per_pos[w, ki, :k].tolist() == expected_pos.tolist()
 
 
