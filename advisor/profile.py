@@ -125,7 +125,7 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None,
     # many-core run's last stretch. On one core the thread only competes (ShareGPT pinned to one core here:
     # 5.8-6.1 s against 5.6-5.8 s).
     segmenting: Future[list[Segment]] | None = None
-    if options.recommend and _usable_cores() > 1:
+    if options.recommend and stream.usable_cores() > 1:
         segmenter = ThreadPoolExecutor(max_workers=1)
         segmenting = segmenter.submit(_segments, features)
         segmenter.shutdown(wait=False)  # its one job runs on; an error comes back through result()
@@ -136,11 +136,6 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None,
     if options.recommend:
         report = recommend(report, features, segmenting.result() if segmenting is not None else None)
     return Profile(report=report, features=features)
-
-
-def _usable_cores() -> int:
-    """The cores this process may run on (its affinity where the OS has one, else all)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _segments(features: dict[str, np.ndarray]) -> list[Segment]:

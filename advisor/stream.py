@@ -32,6 +32,7 @@ import contextlib
 import gc
 import itertools
 import multiprocessing
+import os
 import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -590,15 +591,21 @@ def _fewer_collections() -> Iterator[None]:
         gc.set_threshold(*thresholds)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS has one, else all)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _collect(parts: Iterable[Request | ingest.LineChunk], options: StreamOptions, tokenizer_state: dict[str, Any],
              workers: int, progress: Progress | None, stats: ingest.IngestStats | None, strict: bool) -> Collected:
     """`collect` under `_fewer_collections`."""
     out = Collected(options.seed)
     if workers <= 1:
         context = state.ContextOutputs(CONTEXT_TOKEN_BUDGET)
-        # The encoders release the GIL: a batch's misses are encoded on a second thread while this one
-        # plans the next batch, then measures and collects this one and parses the one after.
-        encoder = ThreadPoolExecutor(max_workers=1)
+        # The encoders release the GIL: with a second core, a batch's misses are encoded on a second thread
+        # while this one plans the next batch, then measures and collects this one and parses the one
+        # after. On one core the thread only takes turns with this one (and the GIL with it): inline.
+        encoder = ThreadPoolExecutor(max_workers=1) if usable_cores() > 1 else None
         previous: tuple[list[Request], Callable[[], PackedIds]] | None = None
         try:
             for batch in _batches(parts):
@@ -610,7 +617,8 @@ def _collect(parts: Iterable[Request | ingest.LineChunk], options: StreamOptions
             if previous is not None:
                 _measure_and_collect(previous[0], previous[1](), options, context, out, progress)
         finally:
-            encoder.shutdown(cancel_futures=True)
+            if encoder is not None:
+                encoder.shutdown(cancel_futures=True)
     else:
         with _WorkerPool(workers, options, tokenizer_state, strict) as pool:
             crossings = _Crossings(ingest.IngestStats() if stats is None else stats, out, pool)

@@ -56,6 +56,29 @@ def test_sharegpt_workers_route_conversations_whole(real_file):
     assert_same(serial, parallel)
 
 
+def test_one_core_encodes_inline_with_the_threaded_report(real_file, monkeypatch):
+    """One process on one core encodes each batch inline, with a second core on a thread: the same report."""
+    from concurrent import futures
+
+    options = ProfileOptions(paths=(str(real_file("sharegpt_v3_subset.json")),), recommend=False, sweep=False)
+    threads: list[int] = []
+    real_executor = futures.ThreadPoolExecutor
+
+    def counted(*args, **kwargs):
+        threads.append(1)
+        return real_executor(*args, **kwargs)
+
+    monkeypatch.setattr(stream, "ThreadPoolExecutor", counted)
+    monkeypatch.setattr(stream, "usable_cores", lambda: 1)
+    inline = build_profile(options).report.to_dict()
+    assert threads == []
+    monkeypatch.setattr(stream, "usable_cores", lambda: 2)
+    threaded = build_profile(options).report.to_dict()
+    assert threads == [1]
+    assert inline["overlap"]["context_requests"] > 0
+    assert_same(inline, threaded)
+
+
 @pytest.mark.parametrize("layout", ["array", "jsonl"])
 def test_workers_parse_sharegpt_conversations_as_one_process(real_file, tmp_path, layout):
     """ShareGPT goes to the workers as chunks of conversations (a JSON array's written back one per line,
