@@ -9,7 +9,9 @@ Tokenizers that are not split-invariant (SentencePiece prefix space) are cached 
 Where the chat template is known to render message by message (`Tokenizer.segments`: the Llama 3.1 template),
 a second LRU maps each message (and the system header) to its ids, so a conversation's history is rendered,
 cut and looked up once, not once per later turn; the ids are the same (segments start and end at special
-tokens, so their pieces are the whole prompt's pieces).
+tokens, so their pieces are the whole prompt's pieces). Where the tokenizer provably encodes "\n\n" + text as
+"\n\n" then text (`Tokenizer.blank_line_ids`: Llama 3's split pattern), a message body "\n\n" + content whose
+content was encoded anyway (usually the completion an assistant message repeats) is not encoded again.
 
 What vLLM does (cited from its source):
 - chat: `apply_chat_template(..., tokenize=False, add_generation_prompt=True)` then `encode(text,
