@@ -238,17 +238,20 @@ def _count_levels(tokens: np.ndarray, distinct: int, table: np.ndarray, bits: in
         offsets[n] = first + distinct
     for n in range(1, max_n + 1):
         counts[0, n - 1] = max(0, size - n + 1)
-    # Per numbered n-gram its positions not counted yet, then 1 per unnumbered one (level n >= 2, position p)
-    unfound = np.ones(offsets[max_n] + (max_n - 1) * size, dtype=np.int32)
-    unfound[:offsets[max_n]] = multiplicity[:offsets[max_n]]
+    # Per numbered n-gram its positions not counted yet, then 1 per unnumbered one (level n >= 2, position p),
+    # set again for each pool: its walk takes them out as it counts them. A pool without segments (no
+    # context) finds nothing.
+    numbered = offsets[max_n]
+    unfound = np.empty(numbered + (max_n - 1) * size, dtype=np.int32)
     ends = np.empty(max_n, dtype=np.int64)
-    _mark_found(prompt, prompt_bounds, vocabulary, tokens, table, bits, base, offsets, states, max_n, unfound,
-                ends, counts[1])
-    if context_bounds.size > 1:
-        unfound[:offsets[max_n]] = multiplicity[:offsets[max_n]]
-        unfound[offsets[max_n]:] = 1
-        _mark_found(context, context_bounds, vocabulary, tokens, table, bits, base, offsets, states, max_n,
-                    unfound, ends, counts[2])
+    for row in range(1, 3):
+        pool, bounds = (prompt, prompt_bounds) if row == 1 else (context, context_bounds)
+        if bounds.size < 2:
+            continue
+        unfound[:numbered] = multiplicity[:numbered]
+        unfound[numbered:] = 1
+        _mark_found(pool, bounds, vocabulary, tokens, table, bits, base, offsets, states, max_n, unfound, ends,
+                    counts[row])
     for j in range(used):
         table[taken[j]] = _EMPTY
         table[taken[j] + np.uint64(1)] = _EMPTY
