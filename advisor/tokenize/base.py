@@ -18,6 +18,8 @@ import numpy as np
 
 from advisor.record import Message
 
+BLANK_LINE = "\n\n"  # what the Llama 3.1 template puts before every message's content (`blank_line_ids`)
+
 
 @dataclass(frozen=True)
 class TokenizerInfo:
@@ -50,7 +52,7 @@ class Tokenizer(ABC):
     # Per-message segments of the chat template (advisor.tokenize.chat.Llama31Segments) where the template
     # is known to render that way; None: every chat prompt is rendered whole.
     segments = None
-    # The ids of "\n\n" where encoding "\n\n" + text gives them followed by text's own ids whenever text
+    # The ids of BLANK_LINE where encoding BLANK_LINE + text gives them followed by text's own ids whenever text
     # starts with a character that is not whitespace (str.isspace); None where that is not known to hold.
     # The Llama 3.1 template puts "\n\n" before every message's content, and an assistant message is
     # usually an earlier request's completion: its ids are then taken from the completion's, not encoded

@@ -36,7 +36,7 @@ import numpy as np
 
 from advisor.errors import TokenizerError
 from advisor.record import Request
-from advisor.tokenize.base import Tokenizer
+from advisor.tokenize.base import BLANK_LINE, Tokenizer
 
 _ENTRY_OVERHEAD = 200  # bytes per cache entry beyond the str and the ids' data (dict slot, ndarray object)
 DEFAULT_CACHE_BYTES = 96 << 20  # holds the live conversations of a log; the profile's memory bound counts it
@@ -374,10 +374,11 @@ class RequestTokenizer:
         completion of an earlier request: its template body is "\n\n" + the completion, stripped."""
         derived: dict[str, str] = {}
         get = self._cache.get
+        cut = len(BLANK_LINE)
         for text in misses:
-            if not text.startswith("\n\n") or len(text) < 3 or text[2].isspace():
+            if not text.startswith(BLANK_LINE) or len(text) <= cut or text[cut].isspace():
                 continue
-            rest = text[2:]
+            rest = text[cut:]
             if rest in misses or rest in found or rest in deferred:
                 derived[text] = rest
             elif (ids := get(rest)) is not None:

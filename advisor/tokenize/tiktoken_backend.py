@@ -25,7 +25,7 @@ import tiktoken
 from advisor.errors import TokenizerError
 from advisor.record import Message
 from advisor.tokenize import chat
-from advisor.tokenize.base import Tokenizer, TokenizerInfo
+from advisor.tokenize.base import BLANK_LINE, Tokenizer, TokenizerInfo
 
 # From llama_models/llama3/tokenizer.py (Tokenizer.pat_str).
 LLAMA3_PATTERN = (
@@ -38,8 +38,8 @@ LLAMA3_NUM_BASE_TOKENS = 128_000
 # At the start of "\n\n" + text, where text[0] is not whitespace (regex \s is Unicode White_Space, every
 # character of which str.isspace accepts), no alternative before `\s*[\r\n]+` matches a newline, and that
 # one matches exactly "\n\n" (its \s* cannot take text[0]); the next piece starts where text starts, and BPE
-# merges stay within a piece (tests/test_tokenize.py checks it on every White_Space character and real chats).
-BLANK_LINE = "\n\n"
+# merges stay within a piece (tests/test_tokenize.py checks that str.isspace accepts every White_Space
+# character, the identity for every first character of the BMP, and the ids on real chats).
 LLAMA3_BOS = "<|begin_of_text|>"
 DEFAULT_NAME = "Llama 3.1 (llama-models tokenizer.model, default)"
 DEFAULT_WARNING = (
