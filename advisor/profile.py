@@ -198,10 +198,9 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
     replica_of, split = routing.assign(np.array(c.replica_labels), tuple(c.replica_names), np.array(c.affinities),
                                        order, options.replicas, options.routing)
     chains = _prefix_chains(c, order, options, disabled)
-    # The prefix analysis, then the APC replay (compiled, it releases the GIL), run on a thread beside the
-    # proposer replays: one after the other, since each holds a few hundred MB on a big log (together with
-    # the replays they took a 1 GB log's peak RSS from 850 to 940 MiB on 16 workers).
-    worker = ThreadPoolExecutor(max_workers=1)
+    # The prefix analysis and the APC replay (compiled, it releases the GIL) run on threads beside the
+    # proposer replays and each other.
+    worker = ThreadPoolExecutor(max_workers=2)
     prefix_job = worker.submit(_prefix, c, *chains) if chains else None
     apc_job = (worker.submit(_apc, c, order, options, timestamps, output_lens, latencies, replica_of, workers)
                if chains else None)

@@ -211,6 +211,25 @@ def test_report_on_threads_equals_one_thread():
         assert len({point.hit_rate for point in one.curve}) > 2  # the sizes do differ
 
 
+def test_int32_replay_equals_int64(monkeypatch):
+    """The kernel's block numbers, hash ids and reference counts are int32 below 2**31 of them (half the
+    bytes, so more of a curve's replays run at once); int64 beyond. Both types replay alike, request by
+    request, with overlapping requests that queue and evict."""
+    from advisor.measure import apc as apc_module
+
+    reqs, outputs, arrivals, durations, replicas = _overlapping_requests(11, 300, 40, 32, 0.05, 3)
+    prepared = apc_module._Prepared(reqs, B, outputs, arrivals, durations)
+    assert prepared.index_kind(25) is np.int32 and prepared.index_kind(2**31) is np.int64
+    narrow_bytes = prepared.replay_bytes(25)
+    narrow = apc_report(reqs, B, 25, outputs, arrivals, durations, replicas=replicas)
+    monkeypatch.setattr(apc_module._Prepared, "index_kind", lambda self, capacity: np.int64)
+    assert prepared.replay_bytes(25) > narrow_bytes
+    wide = apc_report(reqs, B, 25, outputs, arrivals, durations, replicas=replicas)
+    assert wide.to_dict() == narrow.to_dict()
+    assert np.array_equal(wide.at_capacity.per_request_hit_tokens, narrow.at_capacity.per_request_hit_tokens)
+    assert narrow.at_capacity.queued_requests > 0 and narrow.at_capacity.hit_rate < narrow.ceiling.hit_rate
+
+
 def test_concurrent_replays_stay_within_their_memory_allowance(monkeypatch):
     """The curve's replays overlap only as far as CONCURRENT_REPLAY_BYTES holds them (the RSS bound on big
     logs, where one replay's arrays are tens of MB): the running replays' bytes never add up past it, and with

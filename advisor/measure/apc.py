@@ -163,28 +163,31 @@ def _simulate(
     num_hashes: int,
     hits: np.ndarray,
     status: np.ndarray,
+    kind: np.ndarray,
 ) -> int:
     """Replays all requests; hits[r] = hit blocks, status[r] = 0 served, 1 queued, 2 unserved.
     Returns how many distinct blocks were ever allocated (for the infinite run: the capacity that evicts
-    nothing, since fresh blocks leave the free queue in index order)."""
+    nothing, since fresh blocks leave the free queue in index order). The per-block and per-hash arrays
+    take the integer type of `kind` (an empty array): int32 whenever the blocks and hashes number fewer
+    than 2**31 (`_Prepared.index_kind`), half the bytes of int64 (more replays of a curve run at once)."""
     count = lookup_blocks.shape[0]
-    prev = np.empty(capacity, np.int64)
-    nxt = np.empty(capacity, np.int64)
+    prev = np.empty(capacity, kind.dtype)
+    nxt = np.empty(capacity, kind.dtype)
     for b in range(capacity):
         prev[b] = b - 1
         nxt[b] = b + 1 if b + 1 < capacity else -1
-    ends = np.array([0 if capacity > 0 else -1, capacity - 1], np.int64)
+    ends = np.array([0 if capacity > 0 else -1, capacity - 1], kind.dtype)
     num_free = capacity
-    ref = np.zeros(capacity, np.int64)
-    block_hash = np.full(capacity, -1, np.int64)
-    copy_head = np.full(num_hashes, -1, np.int64)
-    copy_tail = np.full(num_hashes, -1, np.int64)
-    copy_next = np.full(capacity, -1, np.int64)
-    copy_prev = np.full(capacity, -1, np.int64)
+    ref = np.zeros(capacity, kind.dtype)
+    block_hash = np.full(capacity, -1, kind.dtype)
+    copy_head = np.full(num_hashes, -1, kind.dtype)
+    copy_tail = np.full(num_hashes, -1, kind.dtype)
+    copy_next = np.full(capacity, -1, kind.dtype)
+    copy_prev = np.full(capacity, -1, kind.dtype)
     held_offsets = np.zeros(count + 1, np.int64)
     for r in range(count):
         held_offsets[r + 1] = held_offsets[r] + held_blocks[r]
-    held = np.full(held_offsets[count], -1, np.int64)
+    held = np.full(held_offsets[count], -1, kind.dtype)
     touched = 0
     running = [(np.float64(0.0), np.int64(0))]
     running.pop()
@@ -380,9 +383,15 @@ class _Prepared:
             if count and np.any(np.diff(self.arrival) < 0):
                 raise ValueError("requests must be in arrival order")
 
+    def index_kind(self, capacity: int) -> type[np.signedinteger]:
+        """The kernel's integer type for block numbers, hash ids and reference counts at `capacity` blocks."""
+        largest = max(capacity, self.num_hashes, int(self.held.sum()))
+        return np.int32 if largest < 2**31 - 1 else np.int64
+
     def replay_bytes(self, capacity: int) -> int:
         """The bytes `run(capacity)` allocates (the kernel's per-block, per-hash and per-request arrays)."""
-        return 8 * (6 * capacity + 2 * self.num_hashes + int(self.held.sum()) + 3 * self.prompt.size)
+        size = np.dtype(self.index_kind(capacity)).itemsize
+        return size * (6 * capacity + 2 * self.num_hashes + int(self.held.sum())) + 8 * 3 * self.prompt.size
 
     def run(self, capacity: int | None) -> tuple[ApcResult, int]:
         """(result, distinct blocks ever allocated) at `capacity` blocks (None: never evict)."""
@@ -392,7 +401,7 @@ class _Prepared:
         status = np.zeros(count, np.int64)
         touched = _simulate(self.chains, self.chain_offsets, self.lookup, self.prompt_cached, self.prompt_blocks,
                          self.decode_end, self.held, self.arrival, self.duration, cap, self.num_hashes, hits,
-                         status)
+                         status, np.empty(0, self.index_kind(cap)))
         hit_tokens = hits * self.block_size
         total = int(self.prompt.sum())
         result = ApcResult(
