@@ -177,47 +177,49 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
     input_lens = np.array(c.input_lens, dtype=np.float64)
     output_lens = np.array(c.output_lens, dtype=np.float64)
     latencies = np.array(c.latencies, dtype=np.float64)
-    disabled: list[Disabled] = []
-
-    known_in = input_lens[~np.isnan(input_lens)]
-    known_out = output_lens[~np.isnan(output_lens)]
-    both = ~np.isnan(input_lens) & ~np.isnan(output_lens)
-    if known_in.size == 0:
-        disabled.append(Disabled("length distributions", "no prompt text or token counts in the log"))
-    lengths = section(Lengths, {
-        "input": stats.distribution(known_in).to_dict(),
-        "output": stats.distribution(known_out).to_dict() if known_out.size else None,
-        "total": stats.distribution(input_lens[both] + output_lens[both]).to_dict() if both.any() else None,
-        "decode_share": stats.decode_share(input_lens[both], output_lens[both]) if both.any() else None,
-    })
-    if known_out.size == 0:
-        disabled.append(Disabled("output lengths", "no completion text or output token counts"))
-
-    arrival_section = _arrivals(timestamps, latencies, disabled)
     order = _arrival_order(timestamps)
     replica_of, split = routing.assign(np.array(c.replica_labels), tuple(c.replica_names), np.array(c.affinities),
                                        order, options.replicas, options.routing)
-    chains = _prefix_chains(c, order, options, disabled)
-    # The prefix analysis and the APC replay (compiled, it releases the GIL) run on threads beside the
-    # proposer replays and each other.
-    worker = ThreadPoolExecutor(max_workers=2)
-    prefix_job = worker.submit(_prefix, c, *chains) if chains else None
-    apc_job = (worker.submit(_apc, c, order, options, timestamps, output_lens, latencies, replica_of, workers)
-               if chains else None)
-
-    overlap_section = None
-    summary = c.overlap_summary()
-    if summary is not None:
-        overlap_section = section(Overlap, summary.to_dict())
-    else:
-        disabled.append(Disabled("n-gram overlap and speculative replay", "no completion text in the log"))
-    sampling_section = section(Sampling, sampling.summary_from_counts(c.sampling.counts).to_dict())
+    chains_disabled: list[Disabled] = []
+    chains = _prefix_chains(c, order, options, chains_disabled)
+    # The analyses of the bounded samples start first, on threads beside each other (their compiled kernels
+    # release the GIL): the proposer replays, the prefix analysis, the APC replay. The whole-log summaries
+    # follow here meanwhile: after a many-core stream these analyses are what the run waits for.
+    analyses = ThreadPoolExecutor(max_workers=3)
     try:
-        replays, sweep = _replays(c, order, options, workers, replica_of)
+        replays_job = analyses.submit(_replays, c, order, options, workers, replica_of)
+        prefix_job = analyses.submit(_prefix, c, *chains) if chains else None
+        apc_job = (analyses.submit(_apc, c, order, options, timestamps, output_lens, latencies, replica_of, workers)
+                   if chains else None)
+
+        disabled: list[Disabled] = []
+        known_in = input_lens[~np.isnan(input_lens)]
+        known_out = output_lens[~np.isnan(output_lens)]
+        both = ~np.isnan(input_lens) & ~np.isnan(output_lens)
+        if known_in.size == 0:
+            disabled.append(Disabled("length distributions", "no prompt text or token counts in the log"))
+        lengths = section(Lengths, {
+            "input": stats.distribution(known_in).to_dict(),
+            "output": stats.distribution(known_out).to_dict() if known_out.size else None,
+            "total": stats.distribution(input_lens[both] + output_lens[both]).to_dict() if both.any() else None,
+            "decode_share": stats.decode_share(input_lens[both], output_lens[both]) if both.any() else None,
+        })
+        if known_out.size == 0:
+            disabled.append(Disabled("output lengths", "no completion text or output token counts"))
+        arrival_section = _arrivals(timestamps, latencies, disabled)
+        disabled += chains_disabled
+        overlap_section = None
+        summary = c.overlap_summary()
+        if summary is not None:
+            overlap_section = section(Overlap, summary.to_dict())
+        else:
+            disabled.append(Disabled("n-gram overlap and speculative replay", "no completion text in the log"))
+        sampling_section = section(Sampling, sampling.summary_from_counts(c.sampling.counts).to_dict())
+        replays, sweep = replays_job.result()
         prefix_section = prefix_job.result() if prefix_job else None
         apc_section = apc_job.result() if apc_job else None
     finally:
-        worker.shutdown(cancel_futures=True)
+        analyses.shutdown(cancel_futures=True)
     return Report(
         advise_version=__version__,
         inputs=tuple(_input_entry(path, ingest_stats, digests.result()) for path in options.paths),
