@@ -684,24 +684,15 @@ class _Crossings:
             first = self._file_first_problem
             raise ingest.no_request_error(chunk.name, chunk.fmt, self._file_bad,
                                           self.stats.problems[first:first + ingest.MAX_SHOWN])
-        in_chunk: dict[str, int] = {}
         measured = result.measured
         counted_before = out.overlap_counts.size // OVERLAP_VALUES
-        context, ids = self.context, measured.ids
-        outputs_at = measured.output_starts.tolist()
-        output_lens = measured.output_lens_ids.tolist()
-        places: list[tuple[int, int]] = []
-        recounts: list[tuple[int, list[np.ndarray]]] = []
-        for k, (index, conversation) in enumerate(zip(measured.counted.tolist(), measured.facts.conversations)):
-            if conversation is None:
-                continue
-            seen = in_chunk.get(conversation, 0)
-            start = outputs_at[index]
-            earlier = context.push(conversation, ids[start:start + output_lens[index]].copy())
-            if len(earlier) != seen:
-                places.append((counted_before + k, out.rows + index))
-                recounts.append((index, earlier))
-            in_chunk[conversation] = seen + 1
+        counted = measured.counted
+        differ = self.context.push_run(measured.facts.conversations, measured.ids,
+                                       measured.output_starts[counted].tolist(),
+                                       measured.output_lens_ids[counted].tolist())
+        indices = counted.tolist()
+        places = [(counted_before + k, out.rows + indices[k]) for k, _ in differ]
+        recounts = [(indices[k], earlier) for k, earlier in differ]
         if places:
             self._places[result.number] = places
         self.pool.recount(result.worker, result.number, recounts)

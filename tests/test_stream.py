@@ -306,6 +306,45 @@ def test_context_outputs_bounded_lru():
     assert context.tokens == 100 and context.evicted == 11  # the oldest, c10, made room for c0
 
 
+def test_context_push_run_is_push_one_by_one():
+    """`push_run` (the main process's context, a chunk at a time) leaves the LRU as `push` one request at a
+    time does, and names exactly the requests whose context is not their conversation's earlier outputs in
+    the run: conversations that began in an earlier run, and ones the budget dropped within the run."""
+    rng = np.random.default_rng(5)
+    one, runs = state.ContextOutputs(token_budget=300), state.ContextOutputs(token_budget=300)
+    expected_differ = found_differ = dropped_in_run = 0
+    for _ in range(60):
+        size = int(rng.integers(1, 12))
+        conversations = [None if rng.random() < 0.1 else f"c{rng.integers(0, 8)}" for _ in range(size)]
+        lengths = rng.integers(0, 60, size)
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        ids = rng.integers(0, 1000, int(lengths.sum())).astype(np.int32)
+        expected, in_run = [], {}
+        for k, conversation in enumerate(conversations):
+            if conversation is None:
+                continue
+            earlier = one.push(conversation, ids[starts[k]:starts[k] + lengths[k]].copy())
+            if len(earlier) != in_run.get(conversation, 0):
+                expected.append((k, earlier))
+                dropped_in_run += len(earlier) < in_run.get(conversation, 0)
+            in_run[conversation] = in_run.get(conversation, 0) + 1
+        differ = runs.push_run(conversations, ids, starts.tolist(), lengths.tolist())
+        assert [k for k, _ in differ] == [k for k, _ in expected]
+        for (_, got), (_, want) in zip(differ, expected):
+            assert len(got) == len(want) and all(np.array_equal(g, w) for g, w in zip(got, want))
+        assert list(runs._outputs) == list(one._outputs)
+        assert (runs.tokens, runs.evicted) == (one.tokens, one.evicted)
+        expected_differ += len(expected)
+        found_differ += len(differ)
+    assert found_differ == expected_differ > 0 and dropped_in_run > 0 and one.evicted > 0
+    # the pushed outputs are copies: the run's ids may be reused
+    context = state.ContextOutputs(token_budget=100)
+    ids = np.arange(6, dtype=np.int32)
+    context.push_run(["a", "a"], ids, [0, 3], [3, 3])
+    ids[:] = -1
+    assert [list(output) for output in context._outputs["a"]] == [[0, 1, 2], [3, 4, 5]]
+
+
 def test_column_grows_and_compacts():
     column = state.Column(np.int64, capacity=2)
     column.extend(np.arange(5))

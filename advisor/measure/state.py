@@ -375,11 +375,48 @@ class ContextOutputs:
             outputs.append(output_ids)
             self._outputs.move_to_end(conversation)
         self.tokens += output_ids.size
+        if self.tokens > self.token_budget:
+            self._evict()
+        return earlier
+
+    def push_run(self, conversations: Sequence[str | None], ids: np.ndarray, starts: Sequence[int],
+                 lengths: Sequence[int]) -> list[tuple[int, list[np.ndarray]]]:
+        """`push` for each request k of a run, in order: the copy of ids[starts[k]:starts[k] + lengths[k]]
+        to conversation k (None: none, skipped). Returns (k, its context) for each request whose context is
+        not its conversation's earlier outputs within the run: the conversation began before the run, or the
+        LRU dropped it during the run. The main process of a worker run pushes every request of the log
+        through here (one call a chunk), and needs only those."""
+        outputs_of = self._outputs
+        in_run: dict[str, int] = {}
+        differ: list[tuple[int, list[np.ndarray]]] = []
+        for k, conversation in enumerate(conversations):
+            if conversation is None:
+                continue
+            start = starts[k]
+            output = ids[start:start + lengths[k]].copy()
+            seen = in_run.get(conversation, 0)
+            outputs = outputs_of.get(conversation)
+            if outputs is None:
+                outputs_of[conversation] = [output]
+                if seen:
+                    differ.append((k, []))
+            else:
+                if len(outputs) != seen:
+                    differ.append((k, outputs.copy()))
+                outputs.append(output)
+                outputs_of.move_to_end(conversation)
+            in_run[conversation] = seen + 1
+            self.tokens += output.size
+            if self.tokens > self.token_budget:
+                self._evict()
+        return differ
+
+    def _evict(self) -> None:
+        """Drops the least recent conversations (never the last one left) until the budget holds."""
         while self.tokens > self.token_budget and len(self._outputs) > 1:
             _, dropped = self._outputs.popitem(last=False)
             self.tokens -= sum(array.size for array in dropped)
             self.evicted += 1
-        return earlier
 
 
 class SamplingCounts:
