@@ -182,15 +182,16 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
                                        order, options.replicas, options.routing)
     chains_disabled: list[Disabled] = []
     chains = _prefix_chains(c, order, options, chains_disabled)
-    # The analyses of the bounded samples start first, on threads beside each other (their compiled kernels
-    # release the GIL): the proposer replays, the prefix analysis, the APC replay. The whole-log summaries
-    # follow here meanwhile: after a many-core stream these analyses are what the run waits for.
-    analyses = ThreadPoolExecutor(max_workers=3)
+    # The analyses of the bounded samples start first, on two threads (their compiled kernels release the
+    # GIL): the proposer replays on one, the prefix analysis then the APC replay on the other; the whole-log
+    # summaries follow here meanwhile. After a many-core stream these analyses are what the run waits for.
+    # The prefix analysis and the APC replay stay one after the other: each holds 100-200 MB on a big log,
+    # and side by side with the replays they could meet at their peaks on a many-core machine.
+    analyses = ThreadPoolExecutor(max_workers=2)
     try:
         replays_job = analyses.submit(_replays, c, order, options, workers, replica_of)
-        prefix_job = analyses.submit(_prefix, c, *chains) if chains else None
-        apc_job = (analyses.submit(_apc, c, order, options, timestamps, output_lens, latencies, replica_of, workers)
-                   if chains else None)
+        prefix_job = analyses.submit(_prefix_and_apc, c, chains, order, options, timestamps, output_lens, latencies,
+                                     replica_of, workers) if chains else None
 
         disabled: list[Disabled] = []
         known_in = input_lens[~np.isnan(input_lens)]
@@ -216,8 +217,7 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
             disabled.append(Disabled("n-gram overlap and speculative replay", "no completion text in the log"))
         sampling_section = section(Sampling, sampling.summary_from_counts(c.sampling.counts).to_dict())
         replays, sweep = replays_job.result()
-        prefix_section = prefix_job.result() if prefix_job else None
-        apc_section = apc_job.result() if apc_job else None
+        prefix_section, apc_section = prefix_job.result() if prefix_job else (None, None)
     finally:
         analyses.shutdown(cancel_futures=True)
     return Report(
@@ -336,6 +336,13 @@ def _prefix_chains(c: stream.Collected, order: np.ndarray, options: ProfileOptio
             f" (block {options.block_size}): profile them separately"
         )
     return chains, next(iter(c.chain_sizes))
+
+
+def _prefix_and_apc(c: stream.Collected, chains: tuple[list[prefix.PrefixBlocks], int], order: np.ndarray,
+                    options: ProfileOptions, timestamps: np.ndarray, output_lens: np.ndarray, latencies: np.ndarray,
+                    replica_of: np.ndarray, threads: int) -> tuple[Prefix, Apc]:
+    """`_prefix`, then `_apc` (one after the other: see `_assemble`)."""
+    return _prefix(c, *chains), _apc(c, order, options, timestamps, output_lens, latencies, replica_of, threads)
 
 
 def _prefix(c: stream.Collected, chains: list[prefix.PrefixBlocks], block_size: int) -> Prefix:
