@@ -1,6 +1,7 @@
 """Spans of a plain file (what workers read themselves) give exactly the lines and chunks one reader gives."""
 import random
 
+import numpy as np
 import pytest
 
 from advisor.errors import InputError
@@ -17,7 +18,9 @@ def _expected_chunks(lines: list, per: int) -> list[tuple[list, bool]]:
 
 def test_spans_read_back_as_the_readers_lines_and_chunks(tmp_path, monkeypatch):
     """Random files of blank, CRLF, over-long and unterminated lines, a BOM, cut at any line count and read in
-    blocks of any size: the spans' lines are raw_lines' (numbers, bytes, LongLine sizes), chunked alike."""
+    blocks of any size, their line ends found either way (`sparse_line_bytes` 0: one by one from the second
+    block on; huge: every byte compared; between: switching as the mean line length crosses it): the spans'
+    lines are raw_lines' (numbers, bytes, LongLine sizes), chunked alike."""
     monkeypatch.setattr(_io, "MAX_LINE_BYTES", 50)
     rng = random.Random(1)
     path = tmp_path / "log.jsonl"
@@ -29,9 +32,22 @@ def test_spans_read_back_as_the_readers_lines_and_chunks(tmp_path, monkeypatch):
             data = b"\xef\xbb\xbf" + data
         path.write_bytes(data)
         per, block = rng.choice([1, 2, 3, 8]), rng.choice([1, 2, 7, 64, 1 << 20])
+        sparse = rng.choice([0, 1, 20, 60, 1 << 40])
         expected = _expected_chunks(list(raw_lines(Source(str(path)))), per)
-        got = [(list(span_lines(span)), last) for span, last in file_spans(Source(str(path)), per, block)]
-        assert got == expected, (data, per, block)
+        got = [(list(span_lines(span)), last) for span, last in file_spans(Source(str(path)), per, block, sparse)]
+        assert got == expected, (data, per, block, sparse)
+
+
+def test_line_ends_agree_either_way():
+    """The two searches of `_line_ends` give the same offsets, within the block's first `size` bytes only."""
+    rng = random.Random(2)
+    for _ in range(300):
+        data = bytes(rng.choice(b"ab\n\r") for _ in range(rng.randrange(0, 200)))
+        buffer = bytearray(data + b"\n\n\n")  # bytes past `size` that must not count
+        scratch = np.empty(len(buffer), dtype=bool)
+        expected = [i for i, byte in enumerate(data) if byte == 10]
+        for sparse in (False, True):
+            assert _io._line_ends(buffer, len(data), scratch, sparse).tolist() == expected
 
 
 def test_read_parts_cuts_plain_files_and_reads_compressed_ones(tmp_path):
