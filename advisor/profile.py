@@ -173,10 +173,8 @@ def _arrival_order(timestamps: np.ndarray) -> np.ndarray:
 
 def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Collected, tokenizer_info: Any | None,
               workers: int, digests: Future[dict[str, tuple[int, str]]]) -> Report:
-    timestamps = np.array(c.timestamps, dtype=np.float64)
-    input_lens = np.array(c.input_lens, dtype=np.float64)
-    output_lens = np.array(c.output_lens, dtype=np.float64)
-    latencies = np.array(c.latencies, dtype=np.float64)
+    timestamps, input_lens, output_lens = _read_only(c.timestamps), _read_only(c.input_lens), _read_only(c.output_lens)
+    latencies = _read_only(c.latencies)
     order = _arrival_order(timestamps)
     replica_of, split = routing.assign(np.array(c.replica_labels), tuple(c.replica_names), np.array(c.affinities),
                                        order, options.replicas, options.routing)
@@ -554,8 +552,17 @@ def _with_draft_replays(report: Report, runners: list, c: stream.Collected, opti
 def _features(c: stream.Collected) -> dict[str, np.ndarray]:
     """Per-request features for the engine's segmentation (NaN where unknown)."""
     return {
-        "input_len": np.array(c.input_lens, dtype=np.float64),
-        "output_len": np.array(c.output_lens, dtype=np.float64),
-        "prompt_overlap_4": np.array(c.overlap4, dtype=np.float64),
-        "timestamp": np.array(c.timestamps, dtype=np.float64),
+        "input_len": _read_only(c.input_lens),
+        "output_len": _read_only(c.output_lens),
+        "prompt_overlap_4": _read_only(c.overlap4),
+        "timestamp": _read_only(c.timestamps),
     }
+
+
+def _read_only(column: np.ndarray) -> np.ndarray:
+    """A read-only view of a collected float64 column, for the analyses after the stream: the columns are
+    what grows with the log (a few hundred bytes a request with the analyses' own arrays), so they are
+    shared, not copied (8 bytes a request for each copy), and nothing may write into them."""
+    view = column.view()
+    view.flags.writeable = False
+    return view

@@ -279,7 +279,9 @@ class Collected:
         self._logged_prompt_tokens = state.Column()
         self._overlap4 = state.Column()
         self.store = state.ChainStore(PREFIX_BLOCK_BUDGET, seed)
-        self.overlap_counts = state.Column(np.int64)  # 3 x OVERLAP_MAX_N per request with an overlap
+        # 3 x OVERLAP_MAX_N per request with an overlap. int32 (a count is at most an output's length, which a
+        # line's 64 MiB bounds; sums widen to int64): the largest per-request column, half the bytes of int64.
+        self.overlap_counts = state.Column(np.int32)
         self.overlap_with_context = state.Column(np.bool_)
         self.sampling = state.SamplingCounts()
         self.replay = state.ReplaySample(REPLAY_TOKEN_BUDGET, seed)

@@ -92,8 +92,10 @@ def test_summary_weights_by_ngram_count() -> None:
     assert s.prompt_share == (10 / 12, 9 / 10, 1.0, 1.0, 1.0)
     # Only the second request has conversation context.
     assert s.context_requests == 1 and s.context_share == (1.0, 1.0, None, None, None)
-    assert np.array_equal(s.per_request_prompt[1], [0.0, 0.0, np.nan, np.nan, np.nan], equal_nan=True)
-    assert np.isnan(s.per_request_context[0]).all()
+    # Per-request medians: n = 1, 2 over both requests (1.0 and 0.0), n >= 3 over the first only (the
+    # second has no such n-grams); the context's over the second request only.
+    assert s.prompt_share_request_p50 == (0.5, 0.5, 1.0, 1.0, 1.0)
+    assert s.context_share_request_p50 == (1.0, 1.0, None, None, None)
     d = orjson.loads(orjson.dumps(s.to_dict()))
     assert d["prompt_share_request_p50"] == [0.5, 0.5, 1.0, 1.0, 1.0]
     assert d["context_share_request_p50"] == [1.0, 1.0, None, None, None]

@@ -528,8 +528,13 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
                if name in features and np.isfinite(np.asarray(features[name], dtype=float)).any()]
     if "input_len" not in columns or "output_len" not in columns:
         return []
-    matrix = np.column_stack([np.asarray(features[name], dtype=float) for name in columns])
-    matrix = matrix[np.all(np.isfinite(matrix), axis=1)]
+    # The requests with every feature known. Built column by column and normalized in place: the arrays here
+    # grow with the log (this runs beside the profile's analyses, at its peak memory).
+    values = [np.asarray(features[name], dtype=float) for name in columns]
+    known = np.isfinite(values[0])
+    for column in values[1:]:
+        known &= np.isfinite(column)
+    matrix = np.column_stack([column[known] for column in values])
     if len(matrix) < 2 * MIN_SEGMENT_REQUESTS:
         return []
     scaled = matrix.copy()
@@ -537,7 +542,8 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
         if name.endswith("_len"):
             scaled[:, index] = np.log1p(scaled[:, index])
     spread = scaled.std(axis=0)
-    scaled = (scaled - scaled.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
+    scaled -= scaled.mean(axis=0)
+    scaled /= np.where(spread > 0, spread, 1.0)
     rng = np.random.default_rng(seed)
     sample = rng.choice(len(scaled), size=min(len(scaled), 2000), replace=False)
     # Big logs: fit on a seeded sample, then label every request (cost independent of the log's size).

@@ -380,8 +380,8 @@ class OverlapSummary:
 
     Aggregate shares weight each request by its n-gram count: share = sum(hits) / sum(ngrams), the chance
     that a random output n-gram was already in its context (what a proposer sees per token). The
-    per-request arrays (rows = requests, NaN where a request has no n-grams or no context) carry the
-    unweighted view: the engine clusters on them, and the report gives their medians.
+    per-request medians give the unweighted view: the median over the requests with n-grams (and a
+    context) of each request's share.
     """
 
     n: tuple[int, ...]
@@ -390,8 +390,8 @@ class OverlapSummary:
     prompt_share: tuple[float | None, ...]
     context_requests: int
     context_share: tuple[float | None, ...] | None
-    per_request_prompt: np.ndarray
-    per_request_context: np.ndarray
+    prompt_share_request_p50: tuple[float | None, ...]
+    context_share_request_p50: tuple[float | None, ...]
 
     def to_dict(self) -> dict:
         return {
@@ -399,24 +399,25 @@ class OverlapSummary:
             "requests": self.requests,
             "output_ngrams": list(self.output_ngrams),
             "prompt_share": [json_float(s) for s in self.prompt_share],
-            "prompt_share_request_p50": _column_medians(self.per_request_prompt),
+            "prompt_share_request_p50": [json_float(m) for m in self.prompt_share_request_p50],
             "context_requests": self.context_requests,
             "context_share": (
                 None if self.context_share is None else [json_float(s) for s in self.context_share]
             ),
-            "context_share_request_p50": _column_medians(self.per_request_context),
+            "context_share_request_p50": [json_float(m) for m in self.context_share_request_p50],
         }
 
 
-def _column_medians(shares: np.ndarray) -> list[float | None]:
-    """Median of each column over the rows where it is defined (None for an all-NaN column)."""
-    defined = [column[~np.isnan(column)] for column in shares.T]
-    return [json_float(float(np.median(values))) if values.size else None for values in defined]
-
-
-def _ratios(hits: np.ndarray, totals: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(totals > 0, hits / np.maximum(totals, 1), np.nan)
+def _median_shares(hits: np.ndarray, ngrams: np.ndarray, rows: np.ndarray | None = None) -> tuple[float | None, ...]:
+    """Per column n: the median of hits / ngrams over the requests (of `rows`, a mask, when given) with
+    n-grams (None where none has). One column at a time: these arrays are a streaming profile's whole log."""
+    medians: list[float | None] = []
+    for n in range(ngrams.shape[1]):
+        totals, found = ngrams[:, n], hits[:, n]
+        defined = totals > 0 if rows is None else (totals > 0) & rows
+        shares = found[defined] / totals[defined]
+        medians.append(float(np.median(shares)) if shares.size else None)
+    return tuple(medians)
 
 
 def summarize_overlap(per_request: Sequence[RequestOverlap], max_n: int = MAX_N) -> OverlapSummary:
@@ -437,8 +438,6 @@ def summarize_counts(ngrams: np.ndarray, prompt_hits: np.ndarray, context_hits: 
     """`summarize_overlap` from packed counts (rows = requests, columns n = 1..max_n; context rows of
     requests without a context are ignored), so a streaming caller keeps 3 x max_n integers a request."""
     max_n = ngrams.shape[1]
-    per_request_context = _ratios(context_hits, ngrams)
-    per_request_context[~with_context] = np.nan
     totals = ngrams.sum(axis=0)
     context_totals = ngrams[with_context].sum(axis=0)
 
@@ -454,6 +453,6 @@ def summarize_counts(ngrams: np.ndarray, prompt_hits: np.ndarray, context_hits: 
         context_share=(
             shares(context_hits[with_context].sum(axis=0), context_totals) if with_context.any() else None
         ),
-        per_request_prompt=_ratios(prompt_hits, ngrams),
-        per_request_context=per_request_context,
+        prompt_share_request_p50=_median_shares(prompt_hits, ngrams),
+        context_share_request_p50=_median_shares(context_hits, ngrams, with_context),
     )
