@@ -263,7 +263,7 @@ class MeasuredChunk:
 class Collected:
     """What the profile keeps of the requests, in file order, in compact state.
 
-    Per request: a few numbers in packed columns (about 140 bytes); the block chains within
+    Per request: a few numbers in packed columns (about 120 bytes); the block chains within
     PREFIX_BLOCK_BUDGET (a seeded sample of conversations past it); token ids for the replays within
     REPLAY_TOKEN_BUDGET (a seeded sample of requests past it). Both samples depend only on the set of
     requests offered, so the Collected of consecutive parts of a log merge (`absorb`) into the one a single
