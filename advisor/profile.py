@@ -173,11 +173,13 @@ def _arrival_order(timestamps: np.ndarray) -> np.ndarray:
 
 def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Collected, tokenizer_info: Any | None,
               workers: int, digests: Future[dict[str, tuple[int, str]]]) -> Report:
-    timestamps, input_lens, output_lens = _read_only(c.timestamps), _read_only(c.input_lens), _read_only(c.output_lens)
+    timestamps = _read_only(c.timestamps)
+    input_lens = _read_only(c.input_lens)
+    output_lens = _read_only(c.output_lens)
     latencies = _read_only(c.latencies)
     order = _arrival_order(timestamps)
-    replica_of, split = routing.assign(np.array(c.replica_labels), tuple(c.replica_names), np.array(c.affinities),
-                                       order, options.replicas, options.routing)
+    replica_of, split = routing.assign(_read_only(c.replica_labels), tuple(c.replica_names),
+                                       _read_only(c.affinities), order, options.replicas, options.routing)
     chains_disabled: list[Disabled] = []
     chains = _prefix_chains(c, order, options, chains_disabled)
     # The analyses of the bounded samples start first, on two threads (their compiled kernels release the
@@ -222,7 +224,7 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
         advise_version=__version__,
         inputs=tuple(_input_entry(path, ingest_stats, digests.result()) for path in options.paths),
         options=options,
-        tokenizer=_tokenizer_entry(tokenizer_info, input_lens, np.array(c.logged_prompt_tokens)),
+        tokenizer=_tokenizer_entry(tokenizer_info, input_lens, _read_only(c.logged_prompt_tokens)),
         ingest=Ingest(
             records_read=ingest_stats.records_read,
             records_used=ingest_stats.records_used,
@@ -560,9 +562,9 @@ def _features(c: stream.Collected) -> dict[str, np.ndarray]:
 
 
 def _read_only(column: np.ndarray) -> np.ndarray:
-    """A read-only view of a collected float64 column, for the analyses after the stream: the columns are
+    """A read-only view of a collected column, for the analyses after the stream: the columns are
     what grows with the log (a few hundred bytes a request with the analyses' own arrays), so they are
-    shared, not copied (8 bytes a request for each copy), and nothing may write into them."""
+    shared, not copied (4-8 bytes a request for each copy), and nothing may write into them."""
     view = column.view()
     view.flags.writeable = False
     return view
