@@ -171,17 +171,27 @@ def _arrival_order(timestamps: np.ndarray) -> np.ndarray:
     return np.argsort(keys, kind="stable")
 
 
+def _in_arrival_order(rows: np.ndarray, timestamps: np.ndarray) -> np.ndarray:
+    """Positions into `rows` (request indices) that put them in the whole log's arrival order
+    (`_arrival_order` restricted to them: by timestamp, missing ones last, file order among equals), for
+    the sampled requests the replays see, without an order of the whole log."""
+    keys = timestamps[rows]
+    return np.lexsort((rows, np.where(np.isnan(keys), np.inf, keys)))
+
+
 def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Collected, tokenizer_info: Any | None,
               workers: int, digests: Future[dict[str, tuple[int, str]]]) -> Report:
     timestamps = _read_only(c.timestamps)
     input_lens = _read_only(c.input_lens)
     output_lens = _read_only(c.output_lens)
     latencies = _read_only(c.latencies)
-    order = _arrival_order(timestamps)
+    # The whole log's arrival order only for round_robin (8 bytes a request): the replays order their samples.
+    order = _arrival_order(timestamps) if options.replicas > 1 and options.routing == "round_robin" else None
     replica_of, split = routing.assign(_read_only(c.replica_labels), tuple(c.replica_names),
                                        _read_only(c.affinities), order, options.replicas, options.routing)
+    del order
     chains_disabled: list[Disabled] = []
-    chains = _prefix_chains(c, order, options, chains_disabled)
+    chains = _prefix_chains(c, timestamps, options, chains_disabled)
     # The analyses of the bounded samples start first, on two threads (their compiled kernels release the
     # GIL): the proposer replays on one, the prefix analysis then the APC replay on the other; the whole-log
     # summaries follow here meanwhile. After a many-core stream these analyses are what the run waits for.
@@ -189,8 +199,8 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
     # and side by side with the replays they could meet at their peaks on a many-core machine.
     analyses = ThreadPoolExecutor(max_workers=2)
     try:
-        replays_job = analyses.submit(_replays, c, order, options, workers, replica_of)
-        prefix_job = analyses.submit(_prefix_and_apc, c, chains, order, options, timestamps, output_lens, latencies,
+        replays_job = analyses.submit(_replays, c, timestamps, options, workers, replica_of)
+        prefix_job = analyses.submit(_prefix_and_apc, c, chains, options, timestamps, output_lens, latencies,
                                      replica_of, workers) if chains else None
 
         disabled: list[Disabled] = []
@@ -323,10 +333,11 @@ def _peak_window_rate(sorted_times: np.ndarray, window_s: float) -> float:
     return float((ends - np.arange(sorted_times.size)).max() / window_s)
 
 
-def _prefix_chains(c: stream.Collected, order: np.ndarray, options: ProfileOptions,
-                   disabled: list[Disabled]) -> tuple[list[prefix.PrefixBlocks], int] | None:
-    """The block chains in arrival order and their block size, for `_prefix` (None: no chain)."""
-    chains = [c.chains[i] for i in order if c.chains[i] is not None]
+def _prefix_chains(c: stream.Collected, timestamps: np.ndarray, options: ProfileOptions,
+                   disabled: list[Disabled]) -> tuple[np.ndarray, list[prefix.PrefixBlocks], int] | None:
+    """The sampled requests with a block chain (rows) and their chains, in arrival order, and the block
+    size, for `_prefix` and `_apc` (None: no chain)."""
+    rows, chains = c.store.kept_chains()
     if not chains:
         disabled.append(Disabled("prefix sharing and APC", "no prompt text and no block hashes"))
         return None
@@ -335,14 +346,17 @@ def _prefix_chains(c: stream.Collected, order: np.ndarray, options: ProfileOptio
             f"the logs mix token-free traces (block {options.hash_block_size}) and text requests"
             f" (block {options.block_size}): profile them separately"
         )
-    return chains, next(iter(c.chain_sizes))
+    arrival = _in_arrival_order(rows, timestamps)
+    return rows[arrival], [chains[i] for i in arrival.tolist()], next(iter(c.chain_sizes))
 
 
-def _prefix_and_apc(c: stream.Collected, chains: tuple[list[prefix.PrefixBlocks], int], order: np.ndarray,
+def _prefix_and_apc(c: stream.Collected, chains: tuple[np.ndarray, list[prefix.PrefixBlocks], int],
                     options: ProfileOptions, timestamps: np.ndarray, output_lens: np.ndarray, latencies: np.ndarray,
                     replica_of: np.ndarray, threads: int) -> tuple[Prefix, Apc]:
     """`_prefix`, then `_apc` (one after the other: see `_assemble`)."""
-    return _prefix(c, *chains), _apc(c, order, options, timestamps, output_lens, latencies, replica_of, threads)
+    rows, chain_list, block_size = chains
+    return (_prefix(c, chain_list, block_size),
+            _apc(c, rows, chain_list, block_size, options, timestamps, output_lens, latencies, replica_of, threads))
 
 
 def _prefix(c: stream.Collected, chains: list[prefix.PrefixBlocks], block_size: int) -> Prefix:
@@ -363,9 +377,11 @@ def _chain_sample(c: stream.Collected) -> dict[str, Any] | None:
     }
 
 
-def _apc(c: stream.Collected, order: np.ndarray, options: ProfileOptions, timestamps: np.ndarray,
-         output_lens: np.ndarray, latencies: np.ndarray, replica_of: np.ndarray, threads: int) -> Apc:
-    """Finite-cache APC replay at the deployment's KV capacity, with the hit-rate-versus-capacity curve;
+def _apc(c: stream.Collected, rows: np.ndarray, chains: list[prefix.PrefixBlocks], block_size: int,
+         options: ProfileOptions, timestamps: np.ndarray, output_lens: np.ndarray, latencies: np.ndarray,
+         replica_of: np.ndarray, threads: int) -> Apc:
+    """Finite-cache APC replay at the deployment's KV capacity, with the hit-rate-versus-capacity curve, of
+    the requests `rows` with their `chains` (in arrival order, of `block_size`);
     one cache per replica (`replica_of[row]`, advisor.measure.routing), each of that capacity; the curve's
     replays on `threads` threads (--workers: the same results).
 
@@ -401,7 +417,6 @@ def _apc(c: stream.Collected, order: np.ndarray, options: ProfileOptions, timest
             weight_bytes_per_gpu=weight_bytes_per_rank(model, options.tp),
         )
         source = f"{gpu.name} {gpu.memory_gb:g} GB x {options.gpu_memory_utilization} - weights (upper bound)"
-    block_size = next(iter(c.chain_sizes))
     capacity = apc.capacity_blocks(budget, per_token, block_size)
     if c.store.sampled:
         # A sample of conversations gets the same share of the cache that it would hold in the whole traffic.
@@ -409,8 +424,6 @@ def _apc(c: stream.Collected, order: np.ndarray, options: ProfileOptions, timest
         assumptions.append(
             f"prefix analyses on {c.store.kept_share:.1%} of conversations (block budget): the cache is scaled alike"
         )
-    rows = [i for i in order if c.chains[i] is not None]
-    chains = [c.chains[i] for i in rows]
     outputs = np.nan_to_num(output_lens[rows]).astype(np.int64)
     arrivals_s = timestamps[rows]
     durations = None
@@ -432,7 +445,7 @@ def _apc(c: stream.Collected, order: np.ndarray, options: ProfileOptions, timest
     return section(Apc, data, "apc")
 
 
-def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions, threads: int,
+def _replays(c: stream.Collected, timestamps: np.ndarray, options: ProfileOptions, threads: int,
              replica_of: np.ndarray) -> tuple[tuple[Replay, ...], tuple[Replay, ...]]:
     """The headline replays and the sweep; the ngram pass on `threads` threads (--workers: the same counts),
     the suffix pass with one global tree per replica (`replica_of[row]`)."""
@@ -440,11 +453,10 @@ def _replays(c: stream.Collected, order: np.ndarray, options: ProfileOptions, th
         return (), ()
     from advisor.measure import specreplay
 
-    rank = np.empty(order.size, dtype=np.int64)
-    rank[order] = np.arange(order.size)
-    by_arrival = sorted(range(len(c.replay_inputs)), key=lambda i: rank[c.replay_rows[i]])
-    inputs = [c.replay_inputs[i] for i in by_arrival]
-    replicas = replica_of[np.array([c.replay_rows[i] for i in by_arrival], dtype=np.int64)]
+    rows = np.asarray(c.replay_rows, dtype=np.int64)
+    by_arrival = _in_arrival_order(rows, timestamps)
+    inputs = [c.replay_inputs[i] for i in by_arrival.tolist()]
+    replicas = replica_of[rows[by_arrival]]
     budget_sampled = len(c.replay_inputs) != c.replay_seen
     headline = [specreplay.normalize_config(config) for config in HEADLINE_REPLAYS]
     if options.speculative_config is not None:

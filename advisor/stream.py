@@ -290,7 +290,6 @@ class Collected:
         self.replica_names: dict[str, int] = {}
         self._replica_labels = state.Column(np.int32)
         self._affinities = state.Column(np.uint32)
-        self._chains: list[prefix.PrefixBlocks | None] | None = None
 
     timestamps = property(lambda self: self._timestamps.values)
     input_lens = property(lambda self: self._input_lens.values)
@@ -304,13 +303,6 @@ class Collected:
     replay_inputs = property(lambda self: self.replay.inputs)  # (prompt ids, output ids), in row order
     replay_rows = property(lambda self: self.replay.rows)  # request index of each replay input
     replay_seen = property(lambda self: self.replay.seen)
-
-    @property
-    def chains(self) -> list[prefix.PrefixBlocks | None]:
-        """One entry per request: its chain (a view into the store), None without one or out of the sample."""
-        if self._chains is None:
-            self._chains = self.store.chains_by_row(self.rows)
-        return self._chains
 
     def absorb(self, other: Collected) -> None:
         """Appends `other`, the collection of the requests that follow this one's in file order (another shard
@@ -333,7 +325,6 @@ class Collected:
         self.sampling.absorb(other.sampling)
         self.replay.absorb(other.replay, offset)
         self.rows += other.rows
-        self._chains = None
 
     def overlap_summary(self) -> overlap.OverlapSummary | None:
         if not self.overlap_with_context.size:

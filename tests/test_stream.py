@@ -278,9 +278,10 @@ def test_chain_store_stays_within_budget_and_keeps_conversations_whole():
     kept_conversations = {conversation_of[row] for row in kept_rows}
     # Whole conversations: every request of a kept conversation is kept, none of a dropped one.
     assert kept_rows == {row for row, key in conversation_of.items() if key in kept_conversations}
-    chains = store.chains_by_row(2_000)
-    for row in kept_rows:
-        np.testing.assert_array_equal(chains[row].chain, _chain(5, row).chain)
+    rows, chains = store.kept_chains()
+    assert set(rows.tolist()) == kept_rows and len(chains) == rows.size
+    for row, chain in zip(rows.tolist(), chains):
+        np.testing.assert_array_equal(chain.chain, _chain(5, row).chain)
     # Deterministic: the same stream gives the same sample.
     again = state.ChainStore(block_budget=1_000, seed=3)
     for row in range(2_000):
@@ -611,3 +612,18 @@ def test_samples_do_not_depend_on_how_the_log_path_is_spelled(tmp_path, monkeypa
 ])
 def test_source_keys_drop_the_folders_only(source, key):
     assert stream.source_key(source) == key
+
+
+def test_sampled_rows_in_arrival_order_as_in_the_whole_logs_order():
+    """The replays order their sampled requests as the whole log's arrival order orders them (by timestamp,
+    missing ones last, file order among equals), without that order: with timestamps, ties, NaNs, none."""
+    from advisor.profile import _arrival_order, _in_arrival_order
+
+    rng = np.random.default_rng(11)
+    for timestamps in (rng.integers(0, 20, 400).astype(float), np.full(400, np.nan), rng.uniform(0, 1, 400)):
+        timestamps[rng.random(400) < 0.2] = np.nan
+        rank = np.empty(400, dtype=np.int64)
+        rank[_arrival_order(timestamps)] = np.arange(400)
+        rows = np.sort(rng.choice(400, 90, replace=False))
+        ordered = rows[_in_arrival_order(rows, timestamps)]
+        assert ordered.tolist() == sorted(rows.tolist(), key=lambda row: rank[row])

@@ -528,19 +528,20 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
                if name in features and np.isfinite(np.asarray(features[name], dtype=float)).any()]
     if "input_len" not in columns or "output_len" not in columns:
         return []
-    # The requests with every feature known. Built column by column and normalized in place: the arrays here
-    # grow with the log (this runs beside the profile's analyses, at its peak memory).
+    # The requests with every feature known, scaled, in one matrix built column by column and normalized in
+    # place; the segments' means come from the feature columns themselves. What grows with the log is this
+    # matrix (8 bytes a request and feature) and the labels: this runs beside the profile's analyses, at its
+    # peak memory.
     values = [np.asarray(features[name], dtype=float) for name in columns]
     known = np.isfinite(values[0])
     for column in values[1:]:
         known &= np.isfinite(column)
-    matrix = np.column_stack([column[known] for column in values])
-    if len(matrix) < 2 * MIN_SEGMENT_REQUESTS:
+    if int(known.sum()) < 2 * MIN_SEGMENT_REQUESTS:
         return []
-    scaled = matrix.copy()
+    scaled = np.column_stack([column[known] for column in values])
     for index, name in enumerate(columns):
         if name.endswith("_len"):
-            scaled[:, index] = np.log1p(scaled[:, index])
+            np.log1p(scaled[:, index], out=scaled[:, index])
     spread = scaled.std(axis=0)
     scaled -= scaled.mean(axis=0)
     scaled /= np.where(spread > 0, spread, 1.0)
@@ -564,10 +565,16 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
     if best is None:
         return []
     score, labels = best
+    del scaled, fit_rows
+    members = [labels == label for label in range(labels.max() + 1)]
+    summaries: list[dict[str, float]] = [{} for _ in members]
+    for name, column in zip(columns, values):
+        known_values = column[known]
+        for summary, rows in zip(summaries, members):
+            summary[name] = float(np.mean(known_values[rows]))
     segments = []
-    for label in range(labels.max() + 1):
-        rows = matrix[labels == label]
-        summary = {name: float(np.mean(rows[:, index])) for index, name in enumerate(columns)}
+    for label, (summary, rows) in enumerate(zip(summaries, members)):
+        requests = int(rows.sum())
         overlap = summary.get("prompt_overlap_4")
         if overlap is None:
             advice = "no overlap feature: replay this segment separately"
@@ -580,8 +587,8 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
         segments.append(
             doc.Segment(
                 segment=label,
-                requests=int(len(rows)),
-                share=round(len(rows) / len(matrix), 3),
+                requests=requests,
+                share=round(requests / len(labels), 3),
                 mean={name: round(value, 3) for name, value in summary.items()},
                 advice=advice,
                 silhouette=round(score, 3),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from advisor.measure.stats import Distribution, as_float_array, distribution, json_float
 
@@ -153,16 +154,19 @@ def concurrency(starts: np.ndarray, latencies: np.ndarray) -> Concurrency:
     if (latency < 0).any():
         raise ValueError("latencies must be non-negative")
     busy = latency > 0
-    start, latency = start[busy], latency[busy]
+    if not busy.all():
+        start, latency = start[busy], latency[busy]
     if start.size == 0:
         return Concurrency(0, None, None, None, None, None)
-    times = np.concatenate((start, start + latency))
-    deltas = np.concatenate((np.ones(start.size, np.int64), -np.ones(start.size, np.int64)))
-    order = np.lexsort((deltas, times))  # by time, then -1 before +1
-    times, levels = times[order], np.cumsum(deltas[order])
-    held = np.diff(times)  # level[i] holds during [times[i], times[i+1])
-    span = float(times[-1] - times[0])
-    seconds_at_or_below = np.cumsum(np.bincount(levels[:-1], weights=held))
+    # The starts and the ends each sorted (16 bytes a request; the merged events, their order and levels
+    # took about 110 here: this runs on the whole log beside the profile's other analyses, at its peak).
+    ends = start + latency
+    ends.sort()
+    ordered = np.sort(start)
+    time_at_level, top = _sweep(ordered, ends)
+    span = float(ends[-1] - ordered[0])
+    del ordered, ends
+    seconds_at_or_below = np.cumsum(time_at_level)
 
     def quantile(q: float) -> int:
         # Smallest count k with time(level <= k) >= q * span; the relative slack absorbs rounding in the
@@ -175,5 +179,35 @@ def concurrency(starts: np.ndarray, latencies: np.ndarray) -> Concurrency:
         mean=float(latency.sum()) / span,
         p50=quantile(0.5),
         p99=quantile(0.99),
-        max=int(levels.max()),
+        max=top,
     )
+
+
+@njit(cache=True)
+def _sweep(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, int]:
+    """Seconds spent at each in-flight count (index 0 up to the highest count that holds for a while) and the
+    highest count, over the sorted starts and ends merged, ends first at equal times. The time between two
+    consecutive events adds to the count after the first, event by event in time order: the float sums of
+    `np.bincount(levels, weights=held)` over the merged events, which this replaced (the same seconds)."""
+    seconds = np.zeros(min(starts.size, 1024) + 1)
+    level = top = held_top = 0
+    previous = 0.0
+    i = j = 0
+    while j < ends.size:
+        if i < starts.size and starts[i] < ends[j]:
+            now, step = starts[i], 1
+            i += 1
+        else:
+            now, step = ends[j], -1
+            j += 1
+        if i + j > 1:
+            if level >= seconds.size:
+                grown = np.zeros(2 * seconds.size)
+                grown[: seconds.size] = seconds
+                seconds = grown
+            seconds[level] += now - previous
+            held_top = max(held_top, level)
+        level += step
+        top = max(top, level)
+        previous = now
+    return seconds[: held_top + 1], top

@@ -53,14 +53,15 @@ class ReplicaSplit:
                 "requests": list(self.requests), "busiest_share": self.busiest_share}
 
 
-def assign(labels: np.ndarray, names: tuple[str, ...], affinities: np.ndarray, order: np.ndarray, replicas: int,
-           policy: str) -> tuple[np.ndarray, ReplicaSplit]:
+def assign(labels: np.ndarray, names: tuple[str, ...], affinities: np.ndarray, order: np.ndarray | None,
+           replicas: int, policy: str) -> tuple[np.ndarray, ReplicaSplit]:
     """(replica of each request, the split) for requests in file order.
 
     `labels[i]`: the index in `names` of the replica the log names for request i (-1: none); when any request
     has one, the log decides and `replicas`/`policy` are not used (requests without one form the replica
     UNNAMED). Else `policy` spreads them over `replicas`: round_robin by rank in `order` (arrival order),
-    consistent_hash by `affinities` (`affinity` of the conversation key) mod `replicas`.
+    consistent_hash by `affinities` (`affinity` of the conversation key) mod `replicas`. `order` may be None
+    where round_robin over more than one replica does not apply (a caller spares a whole log's order).
     """
     count = labels.size
     if replicas < 1:
@@ -80,6 +81,8 @@ def assign(labels: np.ndarray, names: tuple[str, ...], affinities: np.ndarray, o
         replica = np.zeros(count, dtype=np.int64)
         source = "one replica"
     elif policy == "round_robin":
+        if order is None:
+            raise ValueError("round_robin over several replicas needs the arrival order")
         replica = np.empty(count, dtype=np.int64)
         replica[order] = np.arange(count, dtype=np.int64) % replicas
         source = f"--replicas {replicas}, round_robin in arrival order"

@@ -269,18 +269,17 @@ class ChainStore(_PrioritySample):
     def kept_share(self) -> float:
         return self.threshold / _PRIORITY_SPACE
 
-    def chains_by_row(self, rows: int) -> list[PrefixBlocks | None]:
-        """One entry per request row (None: no chain, or not in the sample); chains are views, not copies."""
-        out: list[PrefixBlocks | None] = [None] * rows
-        kept_rows = self._settled_rows().tolist()
+    def kept_chains(self) -> tuple[np.ndarray, list[PrefixBlocks]]:
+        """The request row of each kept chain, and the chains (views into the store, not copies), in the
+        store's order: nothing per request of the whole log."""
+        kept_rows = self._settled_rows()
         blocks = self.blocks.values
         starts = np.concatenate(([0], np.cumsum(self.weights.values)[:-1])).astype(np.int64)
-        for row, start, length, prompt_blocks, prompt_tokens in zip(
-            kept_rows, starts.tolist(), self.weights.values.tolist(),
-            self.prompt_blocks.values.tolist(), self.prompt_tokens.values.tolist(),
-        ):
-            out[row] = PrefixBlocks(prompt_tokens, prompt_blocks, blocks[start : start + length])
-        return out
+        chains = [PrefixBlocks(prompt_tokens, prompt_blocks, blocks[start : start + length])
+                  for start, length, prompt_blocks, prompt_tokens in zip(
+                      starts.tolist(), self.weights.values.tolist(),
+                      self.prompt_blocks.values.tolist(), self.prompt_tokens.values.tolist())]
+        return kept_rows.copy(), chains
 
 
 def request_priority(key: str, seed: int) -> int:
