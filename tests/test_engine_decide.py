@@ -260,3 +260,32 @@ def test_measured_draft_competes_with_lookup_and_pays_for_its_own_forwards() -> 
 def test_priors_for_heads_are_said_to_be_priors() -> None:
     result = decide(report(**RAG_SUMMARIZATION, model=LLAMA))
     assert any(line.startswith("eagle3") and "published priors" in line for line in result.evidence)
+
+
+def test_segment_scaling_a_block_at_a_time_equals_the_whole_matrix(monkeypatch) -> None:
+    """The segmentation scales features where it uses them and labels a block of rows at a time; the figures
+    equal numpy's scaling of the whole matrix (log1p of lengths, minus mean(axis=0), over std(axis=0)) and
+    its labels those of the whole matrix at once, exactly."""
+    import sys
+
+    from advisor.engine import clustering
+    from advisor.engine.decide import _FeatureScale
+
+    rng = np.random.default_rng(4)
+    size = 5_000
+    values = [rng.integers(1, 30_000, size).astype(float), rng.integers(1, 2_000, size).astype(float),
+              rng.uniform(0, 1, size)]
+    values[2][rng.random(size) < 0.1] = np.nan
+    known = np.isfinite(values[2])
+    logs = [True, True, False]
+    matrix = np.column_stack([column[known] for column in values])
+    matrix[:, :2] = np.log1p(matrix[:, :2])
+    spread = matrix.std(axis=0)
+    whole = (matrix - matrix.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
+    scale = _FeatureScale.of(values, known, logs)
+    positions = np.flatnonzero(known)
+    assert scale.rows(values, positions).tolist() == whole.tolist()
+    model = clustering.kmeans(whole[:500], 3, n_init=2, seed=0)
+    monkeypatch.setattr(sys.modules["advisor.engine.decide"], "SEGMENT_BLOCK_ROWS", 333)  # the package's
+    # `decide` is the function
+    np.testing.assert_array_equal(scale.predict(model, values, known), model.predict(whole))

@@ -513,6 +513,57 @@ LOOKUP_OVERLAP = 0.3  # mean output 4-gram overlap from which lookup speculation
 NO_LOOKUP_OVERLAP = 0.1
 
 
+SEGMENT_BLOCK_ROWS = 65_536  # rows scaled and labelled at once
+
+
+@dataclass(frozen=True)
+class _FeatureScale:
+    """How the segmentation scales its features: the log of lengths (log1p), then minus the mean and over the
+    population standard deviation (1 where it is 0) of the requests with every feature known. The sums run
+    in row order (np.cumsum), which is how numpy reduces the columns of a row-major matrix (`axis=0`): the
+    same figures as scaling the whole matrix at once, without holding it."""
+
+    logs: tuple[bool, ...]
+    center: np.ndarray
+    divisor: np.ndarray
+
+    @classmethod
+    def of(cls, values: list[np.ndarray], known: np.ndarray, logs: list[bool]) -> _FeatureScale:
+        count = int(known.sum())
+        center, divisor = np.empty(len(values)), np.empty(len(values))
+        for index, (column, log) in enumerate(zip(values, logs)):
+            kept = column[known]
+            if log:
+                np.log1p(kept, out=kept)
+            center[index] = np.cumsum(kept)[-1] / count
+            kept -= center[index]
+            kept *= kept
+            spread = np.sqrt(np.cumsum(kept)[-1] / count)
+            divisor[index] = spread if spread > 0 else 1.0
+        return cls(tuple(logs), center, divisor)
+
+    def rows(self, values: list[np.ndarray], positions: np.ndarray) -> np.ndarray:
+        """The scaled features of the requests at `positions` (indices into the feature columns)."""
+        matrix = np.column_stack([column[positions] for column in values])
+        for index, log in enumerate(self.logs):
+            if log:
+                np.log1p(matrix[:, index], out=matrix[:, index])
+        matrix -= self.center
+        matrix /= self.divisor
+        return matrix
+
+    def predict(self, model: clustering.KMeansFit, values: list[np.ndarray], known: np.ndarray) -> np.ndarray:
+        """`model`'s label of every request with its features known, in row order, a block at a time (int8: a
+        few clusters)."""
+        labels = np.empty(int(known.sum()), dtype=np.int8)
+        done = 0
+        for start in range(0, known.size, SEGMENT_BLOCK_ROWS):
+            positions = start + np.flatnonzero(known[start : start + SEGMENT_BLOCK_ROWS])
+            labels[done : done + positions.size] = model.predict(self.rows(values, positions))
+            done += positions.size
+        return labels
+
+
 def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> list[doc.Segment]:
     """Clusters requests (k-means over log lengths, prompt overlap and prefix hits) when traffic is mixed.
 
@@ -528,44 +579,41 @@ def segment_requests(features: dict[str, np.ndarray] | None, seed: int = 0) -> l
                if name in features and np.isfinite(np.asarray(features[name], dtype=float)).any()]
     if "input_len" not in columns or "output_len" not in columns:
         return []
-    # The requests with every feature known, scaled, in one matrix built column by column and normalized in
-    # place; the segments' means come from the feature columns themselves. What grows with the log is this
-    # matrix (8 bytes a request and feature) and the labels: this runs beside the profile's analyses, at its
-    # peak memory.
+    # The requests with every feature known. Each is scaled (log for lengths, then centered and divided by
+    # its spread) where it is used: the fit's and the silhouette's samples, and a block of rows at a time to
+    # label them all. The per-request arrays stay the labels and the mask: this runs beside the profile's
+    # analyses, at its peak memory, on every request of the log.
     values = [np.asarray(features[name], dtype=float) for name in columns]
     known = np.isfinite(values[0])
     for column in values[1:]:
         known &= np.isfinite(column)
-    if int(known.sum()) < 2 * MIN_SEGMENT_REQUESTS:
+    count = int(known.sum())
+    if count < 2 * MIN_SEGMENT_REQUESTS:
         return []
-    scaled = np.column_stack([column[known] for column in values])
-    for index, name in enumerate(columns):
-        if name.endswith("_len"):
-            np.log1p(scaled[:, index], out=scaled[:, index])
-    spread = scaled.std(axis=0)
-    scaled -= scaled.mean(axis=0)
-    scaled /= np.where(spread > 0, spread, 1.0)
+    scale = _FeatureScale.of(values, known, [name.endswith("_len") for name in columns])
     rng = np.random.default_rng(seed)
-    sample = rng.choice(len(scaled), size=min(len(scaled), 2000), replace=False)
+    sample = rng.choice(count, size=min(count, 2000), replace=False)
+    positions = np.flatnonzero(known)
     # Big logs: fit on a seeded sample, then label every request (cost independent of the log's size).
-    fit_rows = scaled
-    if len(scaled) > SEGMENT_FIT_SAMPLE:
-        fit_rows = scaled[np.sort(np.random.default_rng(seed).choice(len(scaled), SEGMENT_FIT_SAMPLE, replace=False))]
+    fitted_all = count <= SEGMENT_FIT_SAMPLE
+    fit_rows = scale.rows(values, positions if fitted_all else positions[
+        np.sort(np.random.default_rng(seed).choice(count, SEGMENT_FIT_SAMPLE, replace=False))])
+    sample_rows = scale.rows(values, positions[sample])
+    del positions
     best: tuple[float, np.ndarray] | None = None
     distinct = len(np.unique(fit_rows, axis=0))  # more clusters than distinct points would leave some empty
     for clusters in (k for k in (2, 3, 4) if k <= distinct):
         model = clustering.kmeans(fit_rows, clusters, n_init=4, seed=seed)
-        labels = model.labels if fit_rows is scaled else model.predict(scaled)
+        labels = model.labels if fitted_all else scale.predict(model, values, known)
         shares = np.bincount(labels, minlength=clusters) / len(labels)
         if shares.min() < MIN_SEGMENT_SHARE:
             continue
-        score = clustering.silhouette_score(scaled[sample], labels[sample])
+        score = clustering.silhouette_score(sample_rows, labels[sample])
         if score >= MIN_SILHOUETTE and (best is None or score > best[0]):
             best = (score, labels)
     if best is None:
         return []
     score, labels = best
-    del scaled, fit_rows
     members = [labels == label for label in range(labels.max() + 1)]
     summaries: list[dict[str, float]] = [{} for _ in members]
     for name, column in zip(columns, values):
