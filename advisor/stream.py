@@ -272,11 +272,12 @@ class Collected:
 
     def __init__(self, seed: int) -> None:
         self.rows = 0
-        self._timestamps = state.Column()
+        # Times, latencies and logged usage many logs lack: no bytes a request until one has them.
+        self._timestamps = state.Column(fill=np.nan)
         self._input_lens = state.Column()
         self._output_lens = state.Column()
-        self._latencies = state.Column()
-        self._logged_prompt_tokens = state.Column()
+        self._latencies = state.Column(fill=np.nan)
+        self._logged_prompt_tokens = state.Column(fill=np.nan)
         self._overlap4 = state.Column()
         self.store = state.ChainStore(PREFIX_BLOCK_BUDGET, seed)
         # 3 x OVERLAP_MAX_N per request with an overlap. int32 (a count is at most an output's length, which a
@@ -288,7 +289,7 @@ class Collected:
         # Routing (advisor.measure.routing): the log's replica name of each request (an index into
         # replica_names, -1: none), and the hash that consistent_hash routes its conversation by.
         self.replica_names: dict[str, int] = {}
-        self._replica_labels = state.Column(np.int32)
+        self._replica_labels = state.Column(np.int32, fill=-1)
         self._affinities = state.Column(np.uint32)
 
     timestamps = property(lambda self: self._timestamps.values)
