@@ -78,9 +78,9 @@ def assign(labels: np.ndarray, names: tuple[str, ...], affinities: np.ndarray, o
         return replica, ReplicaSplit(len(shown), "log", "the log names each request's replica", tuple(shown),
                                 tuple(int(c) for c in counts))
     if replicas == 1:
-        replica = np.zeros(count, dtype=np.int64)
-        source = "one replica"
-    elif policy == "round_robin":
+        # A read-only broadcast of 0: one replica costs no bytes a request.
+        return np.broadcast_to(np.int64(0), (count,)), ReplicaSplit(1, policy, "one replica", ("0",), (count,))
+    if policy == "round_robin":
         if order is None:
             raise ValueError("round_robin over several replicas needs the arrival order")
         replica = np.empty(count, dtype=np.int64)
