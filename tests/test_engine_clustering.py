@@ -70,13 +70,3 @@ def test_kmeans_on_duplicate_rows() -> None:
     fit = clustering.kmeans(rows, 2, n_init=2, seed=1)
     assert sorted(np.bincount(fit.labels)) == [5, 5]
     assert fit.inertia == 0.0
-
-
-def test_predict_in_blocks_labels_as_the_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Labelling a block of rows at a time gives each row the label of its nearest center computed at once."""
-    rng = np.random.default_rng(5)
-    rows = rng.normal(size=(1_000, 4))
-    fit = clustering.kmeans(rows[:200], 3, n_init=2, seed=0)
-    whole = clustering._nearest(rows, fit.centers)[0]
-    monkeypatch.setattr(clustering, "PREDICT_BLOCK_ROWS", 7)
-    np.testing.assert_array_equal(fit.predict(rows), whole)

@@ -22,7 +22,6 @@ MAX_ITER = 300
 TOLERANCE = 1e-4  # of the mean per-feature variance, as scikit-learn's `tol`
 
 SILHOUETTE_BLOCK_ENTRIES = 1_000_000  # distances computed at once (8 bytes each)
-PREDICT_BLOCK_ROWS = 65_536  # rows `KMeansFit.predict` labels at once
 
 
 @dataclass(frozen=True)
@@ -34,14 +33,8 @@ class KMeansFit:
     inertia: float
 
     def predict(self, rows: np.ndarray) -> np.ndarray:
-        """The nearest center of each row (ties to the lowest label, as in the fit), PREDICT_BLOCK_ROWS rows
-        at a time: the profile labels every request of a log with it, and the whole log's distances and
-        their temporaries took about 100 bytes a request (each row's distances do not depend on the block)."""
-        labels = np.empty(len(rows), dtype=np.int64)
-        for start in range(0, len(rows), PREDICT_BLOCK_ROWS):
-            block = rows[start : start + PREDICT_BLOCK_ROWS]
-            labels[start : start + len(block)] = _squared_distances(block, self.centers).argmin(axis=1)
-        return labels
+        """The nearest center of each row (ties to the lowest label, as in the fit)."""
+        return _nearest(rows, self.centers)[0]
 
 
 def _squared_distances(rows: np.ndarray, centers: np.ndarray) -> np.ndarray:
