@@ -160,6 +160,29 @@ def test_checklist_written(tmp_path):
     assert text.startswith("#") and "[ ]" in text
 
 
+def test_an_output_file_of_dash_takes_stdout_in_place_of_the_terminal_view(tmp_path):
+    """`--checklist -` pipes the checklist into a review, `-o -` the JSON, `--html -` the page; the same bytes
+    as the files, and one of them at most: two on one stream would interleave (refused before reading)."""
+    log, report = str(FIXTURES / "chat_multiturn.jsonl"), tmp_path / "report.json"
+    checklist, html = tmp_path / "checklist.md", tmp_path / "report.html"
+    code, terminal, err = run(log, "--no-sweep", "-o", str(report), "--checklist", str(checklist), "--html", str(html))
+    assert code == 0, err
+    for flag, written in (("--checklist", checklist), ("--html", html)):
+        for command in ((log, "--no-sweep"), ("show", str(report))):
+            code, out, err = run(*command, flag, "-")
+            assert code == 0, err
+            assert out == written.read_text()
+    code, out, err = run(log, "--no-sweep", "-o", "-")
+    assert code == 0, err
+    assert orjson.loads(out) == orjson.loads(report.read_bytes())
+    assert not (REPO / "-").exists()
+    code, out, err = run("show", str(report))
+    assert out == terminal
+    for both in (("--json", "--checklist", "-"), ("-o", "-", "--html", "-")):
+        code, out, err = run(log + ".missing", *both)
+        assert code == EXIT_USAGE and "only one output can go to stdout" in err and not out
+
+
 # ------------------------------------------------------------------ real data (../shared/data)
 
 

@@ -12,6 +12,9 @@ from advisor.errors import ConfigError
 from advisor.ingest import FORMATS
 from advisor.vllm_vocab import DEFAULT_ROUTING, ROUTING_POLICIES
 
+STDOUT = "-"  # an output FILE of -: stdout, in place of the terminal view
+OUTPUT_PATH = click.Path(dir_okay=False, writable=True, allow_dash=True)
+
 if TYPE_CHECKING:
     from advisor.report import Report
 
@@ -71,10 +74,10 @@ class _DraftBar:
               help="Replay a seeded sample of this many requests when the log has more (with 95% intervals).")
 @click.option("--no-recommend", is_flag=True, help="Measure only; skip the recommendation engine.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON on stdout.")
-@click.option("-o", "--out", type=click.Path(dir_okay=False, writable=True), help="Also write the JSON report to FILE.")
-@click.option("--checklist", type=click.Path(dir_okay=False, writable=True), help="Write the pre-deployment checklist (Markdown) to FILE.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, writable=True),
-              help="Write the report as one self-contained HTML page with plots to FILE (docs/html-report.md).")
+@click.option("-o", "--out", type=OUTPUT_PATH, help="Also write the JSON report to FILE (- : stdout).")
+@click.option("--checklist", type=OUTPUT_PATH, help="Write the pre-deployment checklist (Markdown) to FILE (- : stdout).")
+@click.option("--html", "html_path", type=OUTPUT_PATH,
+              help="Write the report as one self-contained HTML page with plots to FILE (- : stdout; docs/html-report.md).")
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 @click.option("--workers", type=click.IntRange(1, limits.MAX_WORKERS), default=1, show_default=True,
               help="Processes that tokenize and measure, threads for the ngram replay (the report is the same; "
@@ -109,6 +112,7 @@ def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokeni
         raise ConfigError("--draft replays beside the sweep; --speculative-config replays one config: pick one")
     if checklist and no_recommend:
         raise ConfigError("--checklist needs the recommendation: drop --no-recommend")
+    stdout_output(as_json, out, checklist, html_path)  # refused before the logs are read, not after
     options = ProfileOptions(
         paths=logs, fmt=fmt, strict=strict, tokenizer=tokenizer, model=model, gpu=gpu, tp=tp, max_num_seqs=max_num_seqs,
         request_rate=request_rate, replicas=replicas, routing=routing, history=history, block_size=block_size,
@@ -127,28 +131,48 @@ def profile_command(logs: tuple[str, ...], fmt: str | None, strict: bool, tokeni
     write_outputs(profile.report, as_json=as_json, out=out, checklist=checklist, html=html_path)
 
 
+def stdout_output(as_json: bool, out: str | None, checklist: str | None, html: str | None) -> str | None:
+    """The output that takes stdout in place of the terminal view (`--json`, or an output FILE given as -),
+    None for the terminal view. Two would interleave on one stream: ConfigError."""
+    asked = [flag for flag, wanted in (("--json", as_json), ("-o -", out == STDOUT), ("--checklist -", checklist == STDOUT),
+                                       ("--html -", html == STDOUT)) if wanted]
+    if len(asked) > 1:
+        raise ConfigError(f"only one output can go to stdout: {' and '.join(asked)}")
+    return asked[0] if asked else None
+
+
 def write_outputs(report: Report, as_json: bool, out: str | None, checklist: str | None,
                   html: str | None = None) -> None:
-    """The outputs of one report, shared by `advise LOGS` and `advise show`: JSON file, checklist, HTML, stdout."""
+    """The outputs of one report, shared by `advise LOGS` and `advise show`: JSON file, checklist, HTML, and on
+    stdout the terminal view, or the one output asked for there (`--json`, or FILE -: to pipe the checklist
+    into a review or the JSON into a config repo)."""
     from advisor.emit.checklist import render_checklist
     from advisor.emit.terminal import render_terminal
     from advisor.report import dumps
 
+    on_stdout = stdout_output(as_json, out, checklist, html)
+    if checklist and report.recommendation is None:
+        raise ConfigError("--checklist needs the recommendation: this report was profiled with --no-recommend")
     document = dumps(report)
     if out:
-        with open(out, "wb") as handle:
-            handle.write(document)
+        _write(out, document)
+    if as_json:
+        _write(STDOUT, document)
     if checklist:
-        if report.recommendation is None:
-            raise ConfigError("--checklist needs the recommendation: this report was profiled with --no-recommend")
-        with open(checklist, "w", encoding="utf-8") as handle:
-            handle.write(render_checklist(report))
+        _write(checklist, render_checklist(report).encode())
     if html:
         from advisor.emit.html import render_html
 
-        with open(html, "w", encoding="utf-8") as handle:
-            handle.write(render_html(report))
-    if as_json:
-        sys.stdout.buffer.write(document)
-    else:
+        _write(html, render_html(report).encode())
+    if on_stdout is None:
         click.echo(render_terminal(report, style=sys.stdout.isatty()), nl=False)
+
+
+def _write(path: str, data: bytes) -> None:
+    """`data` into the file at `path`, or on stdout for -."""
+    if path == STDOUT:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    with open(path, "wb") as handle:
+        handle.write(data)
