@@ -146,6 +146,21 @@ def test_each_draft_is_its_own_series_and_the_header_carries_the_ingest_counts(
     assert "Note: the log has no timestamps" in page
 
 
+def test_input_counts_of_one_read_in_the_singular_on_the_page_and_the_terminal(
+        code_editing: tuple[Report, str]) -> None:
+    """A one-conversation log (an agent trajectory) reads "1 conversation", in both renderings."""
+    from dataclasses import replace
+
+    from advisor.emit.terminal import render_terminal
+
+    report, _ = code_editing
+    one = replace(report, ingest=replace(report.ingest, requests=1, records_read=1, conversations=1, turns=1))
+    many = replace(report, ingest=replace(report.ingest, requests=2, records_read=1_500, conversations=2, turns=28))
+    for render in (render_html, render_terminal):
+        assert "1 request from 1 record" in render(one) and "1 conversation, 1 turn" in render(one)
+        assert "2 requests from 1,500 records" in render(many) and "2 conversations, 28 turns" in render(many)
+
+
 # --------------------------------------------------------------------------------------------------------
 # in a real browser
 # --------------------------------------------------------------------------------------------------------

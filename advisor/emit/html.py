@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any
 
 from advisor.emit import plots
+from advisor.emit.terminal import counted
 from advisor.report import Distribution, Replay, Report
 
 TEMPLATE = "report.html.j2"
@@ -186,6 +187,7 @@ def render_html(report: Report) -> str:
                                      lstrip_blocks=True)
     environment.filters["pct"] = _pct
     environment.filters["num"] = _num
+    environment.filters["counted"] = counted
     environment.filters["sig"] = _sig
     environment.filters["inline"] = lambda text: Markup(_inline(text))
     environment.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2)

@@ -21,6 +21,11 @@ def _fmt(value: int | float | None, unit: str = "", digits: int = 1) -> str:
     return f"{text}{unit}"
 
 
+def counted(count: int, noun: str) -> str:
+    """"1 request", "10,085 requests": the input counts of the terminal view and the HTML page."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
+
+
 def _pct(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{100 * value:.{digits}f}%"
 
@@ -62,7 +67,8 @@ def render_terminal(report: Report, style: bool = False) -> str:
 
     ingest = report.ingest
     out.heading("Input")
-    out.line(f"  {ingest.requests:,} requests from {ingest.records_read:,} records; {ingest.skipped:,} skipped")
+    out.line(f"  {counted(ingest.requests, 'request')} from {counted(ingest.records_read, 'record')};"
+             f" {ingest.skipped:,} skipped")
     for reason, count in sorted(ingest.skipped_by_reason.items(), key=lambda kv: -kv[1]):
         out.line(f"    {count:,} x {reason}")
     for problem in ingest.problems[:5]:
@@ -70,7 +76,7 @@ def render_terminal(report: Report, style: bool = False) -> str:
     if ingest.skipped > len(ingest.problems[:5]) and ingest.problems:
         out.line("    ... (all problems are listed in the JSON report, up to its limit)")
     if ingest.conversations:
-        out.line(f"  {ingest.conversations:,} conversations, {ingest.turns:,} turns")
+        out.line(f"  {counted(ingest.conversations, 'conversation')}, {counted(ingest.turns, 'turn')}")
     if ingest.unfinished or ingest.truncated:
         out.line(f"  {ingest.unfinished:,} unfinished (no output logged), {ingest.truncated:,} cut by the log's length limit")
     for note in ingest.notes:
