@@ -25,6 +25,16 @@ def test_replay_entry_to_point() -> None:
     assert point.tokens_per_step == pytest.approx(1 + 0.5 * (0.8 + 0.64 + 0.512 + 0.4096))
     assert point.verify_tokens_per_seq == pytest.approx(1 + 0.5 * 4)  # drafts on half the steps
     assert point_from_replay(replace(entry, num_output_tokens=0)) is None
+    assert point.source == "exact ngram replay of 600 logged requests"
+
+
+def test_a_sampled_replay_names_its_share_of_the_log_in_the_source() -> None:
+    """A suffix window of a long log covers a few hundred of its requests: the evidence says how many of how
+    many, and how they were chosen, not "of 184 logged requests" alone."""
+    entry = replace(replay_entry("suffix", 24, 0.5, 0.8, requests=184), population_requests=7_737, sampled=True,
+                    sampling="arrival-order window: requests 6581..6825 replayed, 6642..6825 measured")
+    assert point_from_replay(entry).source == (
+        "exact suffix replay of 184 of 7,737 logged requests (arrival-order window)")
 
 
 def test_goodput_gain_shrinks_with_batch() -> None:

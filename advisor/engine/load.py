@@ -66,11 +66,20 @@ def point_from_replay(entry: Replay) -> SpecPoint | None:
         config=config,
         tokens_per_step=float(entry.tokens_per_step),
         verify_tokens_per_seq=1.0 + entry.num_draft_tokens / steps,
-        source=f"exact {entry.method} replay of {entry.num_requests} logged requests",
+        source=_replay_source(entry),
         from_replay=True,
         mean_acceptance_length=entry.mean_acceptance_length,
         draft_step_share=entry.draft_step_share,
     )
+
+
+def _replay_source(entry: Replay) -> str:
+    """Where a replayed point comes from, with the share of the log a sampled replay covered (a suffix window
+    of a long log can be a few hundred of thousands of requests: the reader weighs the figure by it)."""
+    if entry.num_requests < entry.population_requests:
+        return (f"exact {entry.method} replay of {entry.num_requests:,} of {entry.population_requests:,} logged"
+                f" requests ({entry.sampling.split(':')[0]})")
+    return f"exact {entry.method} replay of {entry.num_requests:,} logged requests"
 
 
 def measured_draft(entry: Replay) -> DraftSpec | None:
