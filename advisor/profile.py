@@ -22,6 +22,7 @@ from advisor import __version__, shards, stream
 from advisor.errors import ConfigError
 from advisor.ingest import IngestStats, expand_paths
 from advisor.measure import arrivals, prefix, routing, sampling, stats
+from advisor.measure.stats import json_float
 from advisor.report import (
     Apc,
     Arrivals,
@@ -37,6 +38,7 @@ from advisor.report import (
     Replay,
     Report,
     Routing,
+    RowSample,
     Sampling,
     Segment,
     TokenizerSection,
@@ -172,11 +174,35 @@ def _arrival_order(timestamps: np.ndarray) -> np.ndarray:
 
 
 def _in_arrival_order(rows: np.ndarray, timestamps: np.ndarray) -> np.ndarray:
-    """Positions into `rows` (request indices) that put them in the whole log's arrival order
-    (`_arrival_order` restricted to them: by timestamp, missing ones last, file order among equals), for
-    the sampled requests the replays see, without an order of the whole log."""
-    keys = timestamps[rows]
-    return np.lexsort((rows, np.where(np.isnan(keys), np.inf, keys)))
+    """Positions into `rows` (request indices, with their `timestamps`) that put them in the whole log's
+    arrival order (`_arrival_order` restricted to them: by timestamp, missing ones last, file order among
+    equals), for the sampled requests the replays see, without an order of the whole log."""
+    return np.lexsort((rows, np.where(np.isnan(timestamps), np.inf, timestamps)))
+
+
+def _replicas(sample: Any, names: tuple[str, ...], options: ProfileOptions) -> tuple[np.ndarray, Any]:
+    """`routing.assign` over the requests a sample (state.RowSample, ChainStore or ReplaySample) kept, from
+    the values it carries: round_robin deals them in their arrival order."""
+    order = _arrival_order(sample.carried("timestamp")) \
+        if options.replicas > 1 and options.routing == "round_robin" else None
+    return routing.assign(_read_only(sample.carried("replica_label")), names,
+                          _read_only(sample.carried("affinity")), order, options.replicas, options.routing)
+
+
+def _row_sample(c: stream.Collected) -> RowSample | None:
+    """How the per-request figures were sampled (None: every request's numbers were kept)."""
+    if not c.sample.sampled:
+        return None
+    return RowSample(
+        requests=int(c.sample.rows.size), population_requests=c.rows,
+        rule=f"per-request numbers past {stream.ROW_BUDGET:,} requests: a seeded uniform sample of requests",
+        estimated=(
+            "length distributions", "decode share", "inter-arrival distribution and burstiness (a thinned"
+            " process looks less bursty)", "arrival peaks and bins (scaled by the sampled share)",
+            "observed concurrency (scaled)", "per-request overlap medians", "tokenizer usage check",
+            "routing split", "segmentation",
+        ),
+    )
 
 
 def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Collected, tokenizer_info: Any | None,
@@ -185,13 +211,18 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
     input_lens = _read_only(c.input_lens)
     output_lens = _read_only(c.output_lens)
     latencies = _read_only(c.latencies)
-    # The whole log's arrival order only for round_robin (8 bytes a request): the replays order their samples.
-    order = _arrival_order(timestamps) if options.replicas > 1 and options.routing == "round_robin" else None
-    replica_of, split = routing.assign(_read_only(c.replica_labels), tuple(c.replica_names),
-                                       _read_only(c.affinities), order, options.replicas, options.routing)
-    del order
+    names = tuple(c.replica_names)
+    replica_of, split = _replicas(c.sample, names, options)
+    if c.sample.sampled:
+        # Past the row budget each sample routes the requests it kept (round_robin: among themselves).
+        chain_replicas, replay_replicas = _replicas(c.store, names, options)[0], _replicas(c.replay, names, options)[0]
+    else:  # the sample's rows are the log's: route the whole log, as vLLM's router saw it
+        chain_replicas, replay_replicas = replica_of[c.store.rows.values], replica_of[c.replay_rows]
+    del replica_of
+    if c.sample.sampled:  # the sample's split, brought to the log's count
+        split = replace(split, requests=tuple(int(round(n * c.rows / c.sample.rows.size)) for n in split.requests))
     chains_disabled: list[Disabled] = []
-    chains = _prefix_chains(c, timestamps, options, chains_disabled)
+    chains = _prefix_chains(c, chain_replicas, options, chains_disabled)
     # The analyses of the bounded samples start first, on two threads (their compiled kernels release the
     # GIL): the proposer replays on one, the prefix analysis then the APC replay on the other; the whole-log
     # summaries follow here meanwhile. After a many-core stream these analyses are what the run waits for.
@@ -199,9 +230,8 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
     # and side by side with the replays they could meet at their peaks on a many-core machine.
     analyses = ThreadPoolExecutor(max_workers=2)
     try:
-        replays_job = analyses.submit(_replays, c, timestamps, options, workers, replica_of)
-        prefix_job = analyses.submit(_prefix_and_apc, c, chains, options, timestamps, output_lens, latencies,
-                                     replica_of, workers) if chains else None
+        replays_job = analyses.submit(_replays, c, options, workers, replay_replicas)
+        prefix_job = analyses.submit(_prefix_and_apc, c, chains, options, workers) if chains else None
 
         disabled: list[Disabled] = []
         known_in = input_lens[~np.isnan(input_lens)]
@@ -209,15 +239,25 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
         both = ~np.isnan(input_lens) & ~np.isnan(output_lens)
         if known_in.size == 0:
             disabled.append(Disabled("length distributions", "no prompt text or token counts in the log"))
+        # Past the row budget: percentiles of the sample, count, mean, extremes, histogram and share exact.
+        exact = c.lengths if c.sample.sampled else None
+
+        def distribution(values: np.ndarray, name: str) -> dict[str, Any]:
+            sampled = stats.distribution(values)
+            return (sampled if exact is None else exact[name].over(sampled)).to_dict()
+
+        decode_share = stats.decode_share(input_lens[both], output_lens[both]) if both.any() else None
+        if exact is not None and decode_share is not None:
+            decode_share = float(c.decode_sums[1] / c.decode_sums.sum()) if c.decode_sums.sum() > 0 else None
         lengths = section(Lengths, {
-            "input": stats.distribution(known_in).to_dict(),
-            "output": stats.distribution(known_out).to_dict() if known_out.size else None,
-            "total": stats.distribution(input_lens[both] + output_lens[both]).to_dict() if both.any() else None,
-            "decode_share": stats.decode_share(input_lens[both], output_lens[both]) if both.any() else None,
+            "input": distribution(known_in, "input"),
+            "output": distribution(known_out, "output") if known_out.size else None,
+            "total": distribution(input_lens[both] + output_lens[both], "total") if both.any() else None,
+            "decode_share": decode_share,
         })
         if known_out.size == 0:
             disabled.append(Disabled("output lengths", "no completion text or output token counts"))
-        arrival_section = _arrivals(timestamps, latencies, disabled)
+        arrival_section = _arrivals(timestamps, latencies, disabled, c if c.sample.sampled else None)
         disabled += chains_disabled
         overlap_section = None
         summary = c.overlap_summary()
@@ -259,6 +299,7 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
         replay_sweep=sweep,
         disabled_analyses=tuple(disabled),
         routing=section(Routing, split.to_dict(), "routing"),
+        row_sample=_row_sample(c),
     )
 
 
@@ -309,7 +350,10 @@ def _tokenizer_entry(info: Any | None, input_lens: np.ndarray, logged: np.ndarra
     return section(TokenizerSection, entry, "tokenizer")
 
 
-def _arrivals(timestamps: np.ndarray, latencies: np.ndarray, disabled: list[Disabled]) -> Arrivals | None:
+def _arrivals(timestamps: np.ndarray, latencies: np.ndarray, disabled: list[Disabled],
+              thinned: stream.Collected | None = None) -> Arrivals | None:
+    """The arrival profile of the requests' timestamps; `thinned`: the collection whose row sample they are
+    (see `_unthinned`)."""
     known = ~np.isnan(timestamps)
     if known.sum() < 2:
         disabled.append(Disabled("arrival rate and burstiness", "fewer than two requests with a timestamp"))
@@ -324,7 +368,44 @@ def _arrivals(timestamps: np.ndarray, latencies: np.ndarray, disabled: list[Disa
         data["concurrency"] = arrivals.concurrency(timestamps[timed], latencies[timed]).to_dict()
     else:
         disabled.append(Disabled("observed concurrency", "no latencies in the log"))
+    if thinned is not None:
+        data = _unthinned(data, timestamps[known], thinned)
     return section(Arrivals, data, "arrivals")
+
+
+def _unthinned(data: dict[str, Any], sampled: np.ndarray, c: stream.Collected) -> dict[str, Any]:
+    """The arrival profile of a uniform sample of requests (each kept with probability p), brought back to the
+    whole log's: the count, span and mean rate exactly (kept for the whole log), the bins over the whole span
+    and the peaks scaled by 1/p (estimates), the inter-arrival gaps by p (their mean is then the whole log's;
+    the CV is scale-free, but a thinned process is less bursty than the log: an estimate towards 1), the
+    observed concurrency by 1/p (its mean exactly so in expectation, by Little's law)."""
+    share = sampled.size / c.timed
+    duration = c.last_time - c.first_time
+    bin_s = arrivals.rate_bin_seconds(duration)
+    counts = np.bincount(((sampled - c.first_time) // bin_s).astype(np.int64)) / share
+    scaled = {"count": c.timed, "duration_s": json_float(duration), "bin_s": bin_s,
+              "mean_rate_rps": json_float((c.timed - 1) / duration) if duration > 0 else None,
+              "counts_per_bin": [int(round(count)) for count in counts],
+              "peak_bin_rate_rps": json_float(float(counts.max()) / bin_s)}
+    for name in ("peak_rate_1s_rps", "peak_rate_10s_rps", "peak_rate_60s_rps"):
+        if data.get(name) is not None:
+            scaled[name] = json_float(data[name] / share)
+    if bin_s == 60:
+        scaled["peak_rate_60s_rps"] = scaled["peak_bin_rate_rps"]
+    gaps = data["interarrival_s"]
+    scaled["interarrival_s"] = {
+        **gaps, **{key: None if gaps[key] is None else json_float(gaps[key] * share)
+                   for key in ("mean", "min", "max", "p50", "p90", "p99", "p99_9")},
+        "count": c.timed - 1,
+        "histogram": {**gaps["histogram"], "edges": [json_float(edge * share) for edge in gaps["histogram"]["edges"]]}}
+    concurrency = data["concurrency"]
+    if concurrency is not None:
+        scaled["concurrency"] = {**concurrency, "requests": int(round(concurrency["requests"] / share)),
+                                 **{key: None if concurrency[key] is None else
+                                    (json_float(concurrency[key] / share) if key == "mean"
+                                     else int(round(concurrency[key] / share)))
+                                    for key in ("mean", "p50", "p99", "max")}}
+    return {**data, **scaled}
 
 
 def _peak_window_rate(sorted_times: np.ndarray, window_s: float) -> float:
@@ -333,10 +414,11 @@ def _peak_window_rate(sorted_times: np.ndarray, window_s: float) -> float:
     return float((ends - np.arange(sorted_times.size)).max() / window_s)
 
 
-def _prefix_chains(c: stream.Collected, timestamps: np.ndarray, options: ProfileOptions,
-                   disabled: list[Disabled]) -> tuple[np.ndarray, list[prefix.PrefixBlocks], int] | None:
-    """The sampled requests with a block chain (rows) and their chains, in arrival order, and the block
-    size, for `_prefix` and `_apc` (None: no chain)."""
+def _prefix_chains(c: stream.Collected, replicas: np.ndarray, options: ProfileOptions,
+                   disabled: list[Disabled]) -> tuple[list[prefix.PrefixBlocks], int, dict[str, np.ndarray]] | None:
+    """The sampled requests' block chains in arrival order, the block size, and what the APC replay reads
+    of those requests, in the same order (their timestamps, output lengths, latencies and `replicas`, the
+    store's routing); None: no chain."""
     rows, chains = c.store.kept_chains()
     if not chains:
         disabled.append(Disabled("prefix sharing and APC", "no prompt text and no block hashes"))
@@ -346,17 +428,18 @@ def _prefix_chains(c: stream.Collected, timestamps: np.ndarray, options: Profile
             f"the logs mix token-free traces (block {options.hash_block_size}) and text requests"
             f" (block {options.block_size}): profile them separately"
         )
+    timestamps = c.store.carried("timestamp")
     arrival = _in_arrival_order(rows, timestamps)
-    return rows[arrival], [chains[i] for i in arrival.tolist()], next(iter(c.chain_sizes))
+    values = {"timestamp": timestamps[arrival], "output_len": c.store.carried("output_len")[arrival],
+              "latency": c.store.carried("latency")[arrival], "replica": replicas[arrival]}
+    return [chains[i] for i in arrival.tolist()], next(iter(c.chain_sizes)), values
 
 
-def _prefix_and_apc(c: stream.Collected, chains: tuple[np.ndarray, list[prefix.PrefixBlocks], int],
-                    options: ProfileOptions, timestamps: np.ndarray, output_lens: np.ndarray, latencies: np.ndarray,
-                    replica_of: np.ndarray, threads: int) -> tuple[Prefix, Apc]:
+def _prefix_and_apc(c: stream.Collected, chains: tuple[list[prefix.PrefixBlocks], int, dict[str, np.ndarray]],
+                    options: ProfileOptions, threads: int) -> tuple[Prefix, Apc]:
     """`_prefix`, then `_apc` (one after the other: see `_assemble`)."""
-    rows, chain_list, block_size = chains
-    return (_prefix(c, chain_list, block_size),
-            _apc(c, rows, chain_list, block_size, options, timestamps, output_lens, latencies, replica_of, threads))
+    chain_list, block_size, values = chains
+    return _prefix(c, chain_list, block_size), _apc(c, chain_list, block_size, options, values, threads)
 
 
 def _prefix(c: stream.Collected, chains: list[prefix.PrefixBlocks], block_size: int) -> Prefix:
@@ -377,13 +460,12 @@ def _chain_sample(c: stream.Collected) -> dict[str, Any] | None:
     }
 
 
-def _apc(c: stream.Collected, rows: np.ndarray, chains: list[prefix.PrefixBlocks], block_size: int,
-         options: ProfileOptions, timestamps: np.ndarray, output_lens: np.ndarray, latencies: np.ndarray,
-         replica_of: np.ndarray, threads: int) -> Apc:
+def _apc(c: stream.Collected, chains: list[prefix.PrefixBlocks], block_size: int, options: ProfileOptions,
+         values: dict[str, np.ndarray], threads: int) -> Apc:
     """Finite-cache APC replay at the deployment's KV capacity, with the hit-rate-versus-capacity curve, of
-    the requests `rows` with their `chains` (in arrival order, of `block_size`);
-    one cache per replica (`replica_of[row]`, advisor.measure.routing), each of that capacity; the curve's
-    replays on `threads` threads (--workers: the same results).
+    the sampled requests' `chains` (in arrival order, of `block_size`) with their `values` (timestamp,
+    output_len, latency, replica: `_prefix_chains`); one cache per replica (advisor.measure.routing), each
+    of that capacity; the curve's replays on `threads` threads (--workers: the same results).
 
     Capacity = KV budget / (KV bytes per token per rank x block size), the budget being
     --kv-cache-memory-bytes or GPU memory x utilization - weights per rank (activation peak and CUDA graphs
@@ -424,14 +506,14 @@ def _apc(c: stream.Collected, rows: np.ndarray, chains: list[prefix.PrefixBlocks
         assumptions.append(
             f"prefix analyses on {c.store.kept_share:.1%} of conversations (block budget): the cache is scaled alike"
         )
-    outputs = np.nan_to_num(output_lens[rows]).astype(np.int64)
-    arrivals_s = timestamps[rows]
+    outputs = np.nan_to_num(values["output_len"]).astype(np.int64)
+    arrivals_s = values["timestamp"]
     durations = None
     if np.isnan(arrivals_s).any():
         arrivals_s = None
         assumptions.append("no timestamps: requests replayed one after another")
     else:
-        durations = latencies[rows]
+        durations = values["latency"]
         missing = np.isnan(durations)
         if missing.any():
             durations = np.where(missing, outputs * ASSUMED_DECODE_S_PER_TOKEN, durations)
@@ -440,23 +522,23 @@ def _apc(c: stream.Collected, rows: np.ndarray, chains: list[prefix.PrefixBlocks
                 f" {ASSUMED_DECODE_S_PER_TOKEN * 1000:.0f} ms per output token"
             )
     data = apc.apc_report(chains, block_size, capacity, outputs, arrivals_s, durations,
-                          replicas=replica_of[rows], threads=threads).to_dict()
+                          replicas=values["replica"], threads=threads).to_dict()
     data.update(capacity_source=source, kv_bytes_per_token=per_token, assumptions=assumptions)
     return section(Apc, data, "apc")
 
 
-def _replays(c: stream.Collected, timestamps: np.ndarray, options: ProfileOptions, threads: int,
+def _replays(c: stream.Collected, options: ProfileOptions, threads: int,
              replica_of: np.ndarray) -> tuple[tuple[Replay, ...], tuple[Replay, ...]]:
     """The headline replays and the sweep; the ngram pass on `threads` threads (--workers: the same counts),
-    the suffix pass with one global tree per replica (`replica_of[row]`)."""
+    the suffix pass with one global tree per replica (`replica_of[k]` for the sample's k-th request)."""
     if not c.replay_inputs or not options.replay:
         return (), ()
     from advisor.measure import specreplay
 
     rows = np.asarray(c.replay_rows, dtype=np.int64)
-    by_arrival = _in_arrival_order(rows, timestamps)
+    by_arrival = _in_arrival_order(rows, c.replay.carried("timestamp"))
     inputs = [c.replay_inputs[i] for i in by_arrival.tolist()]
-    replicas = replica_of[rows[by_arrival]]
+    replicas = replica_of[by_arrival]
     budget_sampled = len(c.replay_inputs) != c.replay_seen
     headline = [specreplay.normalize_config(config) for config in HEADLINE_REPLAYS]
     if options.speculative_config is not None:

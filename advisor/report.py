@@ -27,7 +27,7 @@ from advisor.vllm_vocab import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_ROUTING
 
 # 5: verify_history section (issue 9); 6: apc.blocks_for_ceiling is the smallest cache that evicts nothing;
 # 7: routing section and options.replicas / options.routing (per-replica APC and suffix replays)
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # The schema of an `advise verify` record (advisor.verify.history writes it; advisor.engine.history reads it).
 VERIFY_RECORD_SCHEMA = "advise.verify/1"
 
@@ -205,6 +205,18 @@ class SharedPrefix:
     length_tokens: int
     requests: int
     token_volume: int
+
+
+@dataclass(frozen=True)
+class RowSample:
+    """Which requests the per-request figures came from when the log passed its row budget
+    (advisor.stream.ROW_BUDGET): a seeded uniform sample of requests. `estimated` names the figures taken
+    from it; counts, rates, spans and the overlap's shares stay exact."""
+
+    requests: int
+    population_requests: int
+    rule: str
+    estimated: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -618,6 +630,7 @@ class Report:
     draft_replay: tuple[DraftReplay, ...] = ()
     verify_history: tuple[VerifyRun, ...] = ()  # records of `--history`; the engine uses those that match
     routing: Routing | None = None  # the profile always sets it; None in documents built by hand (tests)
+    row_sample: RowSample | None = None  # None: every request's numbers were kept
     schema_version: int = SCHEMA_VERSION
 
     @property

@@ -44,7 +44,7 @@ import numpy as np
 
 from advisor import ingest, pipes
 from advisor.errors import AdvisorError
-from advisor.measure import overlap, prefix, routing, state
+from advisor.measure import overlap, prefix, routing, state, stats
 from advisor.record import Request, SamplingParams, pickled_by_fields
 
 if TYPE_CHECKING:
@@ -60,6 +60,30 @@ REPLAY_TOKEN_BUDGET = 12_000_000
 PREFIX_BLOCK_BUDGET = 3_000_000
 # Earlier outputs of live conversations kept for the overlap's conversation context (4 bytes a token).
 CONTEXT_TOKEN_BUDGET = 4_000_000
+# Requests whose per-request numbers are kept (about 120 bytes each with the overlap counts); past it, a
+# seeded uniform sample of requests (advisor.measure.state.RowSample), so that the profile's memory stays
+# bounded whatever the log's size. Past 1 M requests the report names what comes from the sample.
+ROW_BUDGET = 1_000_000
+# The per-request values, as the row sample keeps them: name -> (dtype, fill, values per request).
+ROW_COLUMNS: state.CarriedSpec = {
+    "timestamp": (np.float64, np.nan, 1),  # times, latencies and logged usage many logs lack: no bytes
+    "input_len": (np.float64, None, 1),    # a request until one has them (state.Column's fill)
+    "output_len": (np.float64, None, 1),
+    "latency": (np.float64, np.nan, 1),
+    "logged_prompt_tokens": (np.float64, np.nan, 1),
+    "overlap4": (np.float64, None, 1),
+    # Routing (advisor.measure.routing): the log's replica name of each request (an index into
+    # Collected.replica_names, -1: none), and the hash that consistent_hash routes its conversation by.
+    "replica_label": (np.int32, -1, 1),
+    "affinity": (np.uint32, None, 1),
+}
+# What the chain store and the replay sample carry of each request they keep: its arrival order, the APC
+# replay's hold times, its replica. Those samples never look into the row sample, which drops other rows.
+SAMPLE_COLUMNS: state.CarriedSpec = {name: ROW_COLUMNS[name] for name in (
+    "timestamp", "output_len", "latency", "replica_label", "affinity")}
+# Per counted request: its packed counts (int32: a count is at most an output's length, which a line's
+# 64 MiB bounds; sums widen to int64), and whether it had a conversation context.
+OVERLAP_COLUMNS: state.CarriedSpec = {"counts": (np.int32, None, OVERLAP_VALUES), "with_context": (np.bool_, None, 1)}
 IN_FLIGHT_PER_WORKER = 2  # batches sent ahead of the one being collected
 # The cyclic collector's first threshold while streaming (Python's default: 700), see _fewer_collections.
 STREAM_GC_THRESHOLD = 100_000
@@ -199,7 +223,7 @@ class Facts:
     replica_labels: np.ndarray  # int32: index into replica_names, -1 where the log names none
     affinities: np.ndarray  # uint32: routing.affinity of the sample key
     chain_priorities: np.ndarray  # int64: the chain sample's priority of the sample key
-    replay_priorities: np.ndarray  # int64, per counted request: the replay sample's priority of its source
+    request_priorities: np.ndarray  # int64: the row and replay samples' priority of the request's source
     conversations: list[str | None]  # per counted request (the main process's context for chunks)
 
     @classmethod
@@ -217,7 +241,7 @@ class Facts:
             np.array(labels, dtype=np.int32),
             np.array([routing.affinity(key) for key in keys], dtype=np.uint32),
             np.array([state.conversation_priority(key, seed) for key in keys], dtype=np.int64),
-            np.array([state.request_priority(source_key(r.source), seed) for r in chosen], dtype=np.int64),
+            np.array([state.request_priority(source_key(r.source), seed) for r in batch], dtype=np.int64),
             [r.conversation_id for r in chosen],
         )
 
@@ -226,14 +250,14 @@ class Facts:
         """`MeasuredBatch.merged`'s part: the facts of the whole batch (`order`: of its parts' counted
         requests, concatenated, into the batch's order)."""
         floats = np.empty((3, size))
-        keys = np.empty((2, size), dtype=np.int64)
+        keys = np.empty((3, size), dtype=np.int64)
         sampling = state.SamplingCounts()
         named: list[str | None] = [None] * size
         for indices, part in parts:
             facts = part.facts
             where = np.asarray(indices, dtype=np.int64)
             floats[:, where] = facts.timestamps, facts.latencies, facts.logged_prompt_tokens
-            keys[:, where] = facts.affinities, facts.chain_priorities
+            keys[:, where] = facts.affinities, facts.chain_priorities, facts.request_priorities
             sampling.absorb(facts.sampling)
             for index, label in zip(indices, facts.replica_labels.tolist()):
                 named[index] = None if label < 0 else facts.replica_names[label]
@@ -241,9 +265,7 @@ class Facts:
         labels = [-1 if name is None else names.setdefault(name, len(names)) for name in named]
         conversations = [c for _, part in parts for c in part.facts.conversations]
         return cls(floats[0], floats[1], floats[2], sampling, list(names), np.array(labels, dtype=np.int32),
-                   keys[0].astype(np.uint32), keys[1],
-                   np.concatenate([part.facts.replay_priorities for _, part in parts])[order],
-                   [conversations[i] for i in order.tolist()])
+                   keys[0].astype(np.uint32), keys[1], keys[2], [conversations[i] for i in order.tolist()])
 
 
 @dataclass
@@ -261,77 +283,83 @@ class MeasuredChunk:
 
 
 class Collected:
-    """What the profile keeps of the requests, in file order, in compact state.
+    """What the profile keeps of the requests, in file order, in bounded state.
 
-    Per request: a few numbers in packed columns (about 120 bytes); the block chains within
-    PREFIX_BLOCK_BUDGET (a seeded sample of conversations past it); token ids for the replays within
-    REPLAY_TOKEN_BUDGET (a seeded sample of requests past it). Both samples depend only on the set of
-    requests offered, so the Collected of consecutive parts of a log merge (`absorb`) into the one a single
-    pass over the whole gives.
+    Per request, a few numbers (about 120 bytes: ROW_COLUMNS, and the overlap counts) within ROW_BUDGET
+    requests (a seeded uniform sample of requests past it, with exact totals beside it: the overlap's sums,
+    the count and span of the timestamps); the block chains within PREFIX_BLOCK_BUDGET (a seeded sample of
+    conversations past it); token ids for the replays within REPLAY_TOKEN_BUDGET (a seeded sample of requests
+    past it). Every sample depends only on the set of requests offered, so the Collected of consecutive
+    parts of a log merge (`absorb`) into the one a single pass over the whole gives.
     """
 
     def __init__(self, seed: int) -> None:
         self.rows = 0
-        # Times, latencies and logged usage many logs lack: no bytes a request until one has them.
-        self._timestamps = state.Column(fill=np.nan)
-        self._input_lens = state.Column()
-        self._output_lens = state.Column()
-        self._latencies = state.Column(fill=np.nan)
-        self._logged_prompt_tokens = state.Column(fill=np.nan)
-        self._overlap4 = state.Column()
-        self.store = state.ChainStore(PREFIX_BLOCK_BUDGET, seed)
-        # 3 x OVERLAP_MAX_N per request with an overlap. int32 (a count is at most an output's length, which a
-        # line's 64 MiB bounds; sums widen to int64): the largest per-request column, half the bytes of int64.
-        self.overlap_counts = state.Column(np.int32)
-        self.overlap_with_context = state.Column(np.bool_)
+        self.sample = state.RowSample(ROW_BUDGET, seed, ROW_COLUMNS)
+        self.overlap = state.RowSample(ROW_BUDGET, seed, OVERLAP_COLUMNS)
+        self.overlap_totals = overlap.OverlapTotals(OVERLAP_MAX_N)
+        self.store = state.ChainStore(PREFIX_BLOCK_BUDGET, seed, SAMPLE_COLUMNS)
         self.sampling = state.SamplingCounts()
-        self.replay = state.ReplaySample(REPLAY_TOKEN_BUDGET, seed)
-        # Routing (advisor.measure.routing): the log's replica name of each request (an index into
-        # replica_names, -1: none), and the hash that consistent_hash routes its conversation by.
+        self.replay = state.ReplaySample(REPLAY_TOKEN_BUDGET, seed, SAMPLE_COLUMNS)
         self.replica_names: dict[str, int] = {}
-        self._replica_labels = state.Column(np.int32, fill=-1)
-        self._affinities = state.Column(np.uint32)
+        # Exact over the whole log, beside the sampled columns: the lengths' count, sum, extremes and
+        # histogram (total: of the requests with both lengths), the token sums of the decode share.
+        self.lengths = {name: stats.ExactSummary() for name in ("input", "output", "total")}
+        self.decode_sums = np.zeros(2)  # prompt and output tokens of the requests with both lengths
+        # And for the arrival rate: timestamped requests, span.
+        self.timed = 0
+        self.first_time = np.inf
+        self.last_time = -np.inf
 
-    timestamps = property(lambda self: self._timestamps.values)
-    input_lens = property(lambda self: self._input_lens.values)
-    output_lens = property(lambda self: self._output_lens.values)
-    latencies = property(lambda self: self._latencies.values)
-    logged_prompt_tokens = property(lambda self: self._logged_prompt_tokens.values)
-    overlap4 = property(lambda self: self._overlap4.values)
-    replica_labels = property(lambda self: self._replica_labels.values)
-    affinities = property(lambda self: self._affinities.values)
+    timestamps = property(lambda self: self.sample.carried("timestamp"))
+    input_lens = property(lambda self: self.sample.carried("input_len"))
+    output_lens = property(lambda self: self.sample.carried("output_len"))
+    latencies = property(lambda self: self.sample.carried("latency"))
+    logged_prompt_tokens = property(lambda self: self.sample.carried("logged_prompt_tokens"))
+    overlap4 = property(lambda self: self.sample.carried("overlap4"))
+    replica_labels = property(lambda self: self.sample.carried("replica_label"))
+    affinities = property(lambda self: self.sample.carried("affinity"))
+    overlap_counts = property(lambda self: self.overlap.carried("counts"))  # k x OVERLAP_VALUES
+    overlap_with_context = property(lambda self: self.overlap.carried("with_context"))
     chain_sizes = property(lambda self: self.store.block_sizes)
     replay_inputs = property(lambda self: self.replay.inputs)  # (prompt ids, output ids), in row order
     replay_rows = property(lambda self: self.replay.rows)  # request index of each replay input
     replay_seen = property(lambda self: self.replay.seen)
 
     def absorb(self, other: Collected) -> None:
-        """Appends `other`, the collection of the requests that follow this one's in file order (another shard
-        of the same paths, collected with the same seed): the result equals one pass over both, field by
-        field, given that `other` was measured with the earlier outputs of its conversations (a shard keeps
-        its conversations whole)."""
+        """Appends `other` (consumed: its replica labels are renumbered), the collection of the requests that
+        follow this one's in file order (another shard of the same paths, collected with the same seed): the
+        result equals one pass over both, field by field, given that `other` was measured with the earlier
+        outputs of its conversations (a shard keeps its conversations whole)."""
         offset = self.rows
-        for mine, theirs in ((self._timestamps, other._timestamps), (self._input_lens, other._input_lens),
-                             (self._output_lens, other._output_lens), (self._latencies, other._latencies),
-                             (self._logged_prompt_tokens, other._logged_prompt_tokens),
-                             (self._overlap4, other._overlap4), (self.overlap_counts, other.overlap_counts),
-                             (self.overlap_with_context, other.overlap_with_context)):
-            mine.extend(theirs.values)
-        self._affinities.extend(other._affinities.values)
         # The other's replica names take this one's numbers (new names numbered in order of first appearance).
         renumber = np.array([self.replica_names.setdefault(name, len(self.replica_names))
                              for name in other.replica_names] + [-1], dtype=np.int32)
-        self._replica_labels.extend(renumber[other._replica_labels.values])
-        self.store.absorb(other.store, offset)
+        for mine, theirs in ((self.sample, other.sample), (self.store, other.store), (self.replay, other.replay)):
+            theirs.relabel("replica_label", renumber)
+            mine.absorb(theirs, offset)
+        self.overlap.absorb(other.overlap, offset)
+        self.overlap_totals.absorb(other.overlap_totals)
+        for name, summary in self.lengths.items():
+            summary.absorb(other.lengths[name])
+        self.decode_sums += other.decode_sums
         self.sampling.absorb(other.sampling)
-        self.replay.absorb(other.replay, offset)
+        self.timed += other.timed
+        self.first_time = min(self.first_time, other.first_time)
+        self.last_time = max(self.last_time, other.last_time)
         self.rows += other.rows
 
+    @property
+    def row_share(self) -> float:
+        """The share of the log's requests the per-request columns hold (1.0: all of them)."""
+        return self.sample.rows.size / self.rows if self.rows else 1.0
+
     def overlap_summary(self) -> overlap.OverlapSummary | None:
-        if not self.overlap_with_context.size:
+        if not self.overlap_totals.requests:
             return None
-        counts = self.overlap_counts.values.reshape(-1, 3, OVERLAP_MAX_N)
-        return overlap.summarize_counts(counts[:, 0], counts[:, 1], counts[:, 2], self.overlap_with_context.values)
+        counts = self.overlap_counts.reshape(-1, 3, OVERLAP_MAX_N)
+        return overlap.summarize_counts(counts[:, 0], counts[:, 1], counts[:, 2], self.overlap_with_context,
+                                        self.overlap_totals)
 
 
 def _nan(value: float | None) -> float:
@@ -474,28 +502,42 @@ def collect_batch(measured: MeasuredBatch, out: Collected) -> None:
     first = out.rows
     facts = measured.facts
     out.sampling.absorb(facts.sampling)
-    _collect_chains(measured, out.store, first)
-    counted = measured.counted
-    shares4 = np.full(measured.size, np.nan)
-    if counted.size:
-        counts = measured.overlap_counts
-        out.overlap_counts.extend(counts.ravel())
-        out.overlap_with_context.extend(measured.with_context)
-        shares4[counted] = _shares4(counts)
-        candidate = facts.replay_priorities < out.replay.bound  # the others are never kept
-        indices = counted[candidate].tolist()
-        out.replay.add_many([first + index for index in indices], facts.replay_priorities[candidate].tolist(),
-                            [(measured.prompt(index), measured.output(index)) for index in indices], counted.size)
-    out._timestamps.extend(facts.timestamps)
-    out._input_lens.extend(measured.input_lens)
-    out._output_lens.extend(measured.output_lens)
-    out._latencies.extend(facts.latencies)
-    out._logged_prompt_tokens.extend(np.where(measured.text_prompt, facts.logged_prompt_tokens, np.nan))
-    out._overlap4.extend(shares4)
     names = out.replica_names
     renumber = np.array([names.setdefault(name, len(names)) for name in facts.replica_names] + [-1], dtype=np.int32)
-    out._replica_labels.extend(renumber[facts.replica_labels])
-    out._affinities.extend(facts.affinities)
+    shares4 = np.full(measured.size, np.nan)
+    values = {
+        "timestamp": facts.timestamps, "input_len": measured.input_lens, "output_len": measured.output_lens,
+        "latency": facts.latencies,
+        "logged_prompt_tokens": np.where(measured.text_prompt, facts.logged_prompt_tokens, np.nan),
+        "overlap4": shares4, "replica_label": renumber[facts.replica_labels], "affinity": facts.affinities,
+    }
+    rows = np.arange(first, first + measured.size, dtype=np.int64)
+    _collect_chains(measured, out.store, first, values)
+    counted = measured.counted
+    if counted.size:
+        counts = measured.overlap_counts
+        out.overlap_totals.add(counts, measured.with_context)
+        priorities = facts.request_priorities[counted]
+        out.overlap.add(rows[counted], priorities, {"counts": counts.reshape(counted.size, -1),
+                                                    "with_context": measured.with_context})
+        shares4[counted] = _shares4(counts)
+        candidate = priorities < out.replay.bound  # the others are never kept
+        indices = counted[candidate]
+        out.replay.add_many((first + indices).tolist(), priorities[candidate].tolist(),
+                            [(measured.prompt(index), measured.output(index)) for index in indices.tolist()],
+                            counted.size, {name: values[name][indices] for name in SAMPLE_COLUMNS})
+    inputs, outputs = measured.input_lens, measured.output_lens
+    both = ~np.isnan(inputs) & ~np.isnan(outputs)
+    out.lengths["input"].add(inputs[~np.isnan(inputs)])
+    out.lengths["output"].add(outputs[~np.isnan(outputs)])
+    out.lengths["total"].add(inputs[both] + outputs[both])
+    out.decode_sums += inputs[both].sum(), outputs[both].sum()
+    timed = facts.timestamps[~np.isnan(facts.timestamps)]
+    if timed.size:
+        out.timed += timed.size
+        out.first_time = min(out.first_time, float(timed.min()))
+        out.last_time = max(out.last_time, float(timed.max()))
+    out.sample.add(rows, facts.request_priorities, values)
     out.rows += measured.size
 
 
@@ -506,9 +548,11 @@ def _shares4(counts: np.ndarray) -> np.ndarray:
     return np.divide(hits, positions, out=np.full(positions.size, np.nan), where=positions != 0)
 
 
-def _collect_chains(measured: MeasuredBatch, store: state.ChainStore, first: int) -> None:
-    """Offers the batch's block chains to the store at once: those hashed ahead (`measured.hashed_rows`, of
-    which it keeps those below its bound now) and a trace's logged ones; the others only count as offered."""
+def _collect_chains(measured: MeasuredBatch, store: state.ChainStore, first: int,
+                    values: dict[str, np.ndarray]) -> None:
+    """Offers the batch's block chains to the store at once, with their requests' `values` (the batch's,
+    of which the store carries SAMPLE_COLUMNS): those hashed ahead (`measured.hashed_rows`, of which it
+    keeps those below its bound now) and a trace's logged ones; the others only count as offered."""
     block_size = measured.block_size
     rows = measured.hashed_rows
     prompt_tokens = measured.prompt_lens[rows]
@@ -518,7 +562,8 @@ def _collect_chains(measured: MeasuredBatch, store: state.ChainStore, first: int
     priorities = measured.facts.chain_priorities
     if not measured.traced:
         store.add_packed(first + rows, priorities[rows], measured.hashed_blocks, measured.hashed_offsets,
-                         prompt_tokens, prompt_tokens // block_size, offered, block_sizes)
+                         prompt_tokens, prompt_tokens // block_size, offered, block_sizes,
+                         {name: values[name][rows] for name in SAMPLE_COLUMNS})
         return
     # A token-free trace's chains come from its logged block ids as chains of their own: offered with the
     # hashed ones (a log of both formats), in row order.
@@ -528,8 +573,9 @@ def _collect_chains(measured: MeasuredBatch, store: state.ChainStore, first: int
               for k, (index, tokens) in enumerate(zip(rows.tolist(), prompt_tokens.tolist()))]
     chains = sorted(chains + [(index, chain) for index, chain, _ in measured.traced], key=lambda item: item[0])
     block_sizes.update(size for _, _, size in measured.traced)
-    store.add_many([first + index for index, _ in chains], [int(priorities[index]) for index, _ in chains],
-                   [chain for _, chain in chains], offered, block_sizes)
+    indices = np.array([index for index, _ in chains], dtype=np.int64)
+    store.add_many((first + indices).tolist(), priorities[indices].tolist(), [chain for _, chain in chains],
+                   offered, block_sizes, {name: values[name][indices] for name in SAMPLE_COLUMNS})
 
 
 Job = list[Request] | ingest.LineChunk  # a batch of requests, or a chunk of a file's raw lines
@@ -661,8 +707,8 @@ class _Crossings:
         self._file_first_problem = 0
         self._file_requests = 0
         self._file_bad = 0
-        # Per chunk number, the (place among the collection's counted requests, row) of each recount asked.
-        self._places: dict[int, list[tuple[int, int]]] = {}
+        # Per chunk number, the rows of the recounts asked, with the counts and context flags collected.
+        self._asked: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def absorb(self, chunk: ingest.LineChunk, result: MeasuredChunk) -> None:
         """Takes the chunk's stats and context before `collect_batch` collects it, and asks its worker for
@@ -679,25 +725,31 @@ class _Crossings:
             raise ingest.no_request_error(chunk.name, chunk.fmt, self._file_bad,
                                           self.stats.problems[first:first + ingest.MAX_SHOWN])
         measured = result.measured
-        counted_before = out.overlap_counts.size // OVERLAP_VALUES
         counted = measured.counted
         differ = self.context.push_run(measured.facts.conversations, measured.ids,
                                        measured.output_starts[counted].tolist(),
                                        measured.output_lens_ids[counted].tolist())
         indices = counted.tolist()
-        places = [(counted_before + k, out.rows + indices[k]) for k, _ in differ]
-        recounts = [(indices[k], earlier) for k, earlier in differ]
-        if places:
-            self._places[result.number] = places
-        self.pool.recount(result.worker, result.number, recounts)
+        if differ:
+            places = np.array([k for k, _ in differ], dtype=np.int64)
+            self._asked[result.number] = (out.rows + counted[places], measured.overlap_counts[places],
+                                          measured.with_context[places])
+        self.pool.recount(result.worker, result.number, [(indices[k], earlier) for k, earlier in differ])
 
     def recounted(self, number: int, counts: np.ndarray) -> None:
         """Writes chunk `number`'s recomputed counts (k x 3 x OVERLAP_MAX_N, in the order asked) into the
-        collection, which holds the chunk."""
+        collection, which holds the chunk: its exact totals, and the samples where they kept the rows (which
+        rows they keep depends on the rows' priorities only, not on the counts)."""
         out = self.out
-        for (place, row), request_counts in zip(self._places.pop(number), counts):
-            out.overlap_counts.values[place * OVERLAP_VALUES:(place + 1) * OVERLAP_VALUES] = request_counts.ravel()
-            out.overlap4[row] = _shares4(request_counts[None])[0]
+        rows, collected, with_context = self._asked.pop(number)
+        out.overlap_totals.add(collected, with_context, -1)
+        out.overlap_totals.add(counts, with_context)
+        for sample, name, values in ((out.overlap, "counts", counts.reshape(rows.size, -1)),
+                                     (out.sample, "overlap4", _shares4(counts))):
+            kept = sample.rows
+            places = np.minimum(np.searchsorted(kept, rows), max(kept.size - 1, 0))
+            found = kept[places] == rows if kept.size else np.zeros(rows.size, dtype=np.bool_)
+            sample.carried(name)[places[found]] = values[found]
 
 
 def _measure_chunk(chunk: ingest.LineChunk, options: StreamOptions, strict: bool,
@@ -769,7 +821,8 @@ def _worker_main(inbox: Any, results: Any, options: StreamOptions, strict: bool,
 def _replay_candidates(measured: MeasuredBatch, bound: int) -> np.ndarray:
     """The batch's requests the replay sample may keep: of priority below its `bound` (the sample's as the
     job was sent: it only falls, so these are a superset of what `collect_batch` offers it)."""
-    return measured.counted[measured.facts.replay_priorities < bound]
+    counted = measured.counted
+    return counted[measured.facts.request_priorities[counted] < bound]
 
 
 class _WorkerPool:

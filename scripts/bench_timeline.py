@@ -10,6 +10,7 @@ included) at each mark, with its peak RSS so far (where the peak is reached), an
 
     python scripts/bench_timeline.py /tmp/big_1G.jsonl 16     # the log, the worker count
     python scripts/bench_timeline.py LOG 16 --in-flight 4       # stream.IN_FLIGHT_PER_WORKER for this run
+    python scripts/bench_timeline.py LOG 2 --row-budget 50000   # stream.ROW_BUDGET: the peak past it
 
 Workers report through files in a scratch directory (they are forked and leave through os._exit).
 """
@@ -90,8 +91,12 @@ def main() -> None:
     parser.add_argument("workers", type=int)
     parser.add_argument("--in-flight", type=int, default=stream.IN_FLIGHT_PER_WORKER,
                         help="chunks sent ahead to each worker (stream.IN_FLIGHT_PER_WORKER)")
+    parser.add_argument("--row-budget", type=int, default=stream.ROW_BUDGET,
+                        help="requests whose per-request numbers are kept (stream.ROW_BUDGET): a lower one shows"
+                             " the peak past it on a log of a size at hand")
     args = parser.parse_args()
     stream.IN_FLIGHT_PER_WORKER = args.in_flight
+    stream.ROW_BUDGET = args.row_budget
     mark("imported")
 
     waited = {"seconds": 0.0, "first": None}

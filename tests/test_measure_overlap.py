@@ -187,3 +187,25 @@ def test_copied_spans_with_mutations_equal_naive_sets() -> None:
         got = request_overlap(prompt, output, context, max_n)
         expected = naive_overlap(prompt.tolist(), output.tolist(), [c.tolist() for c in context], max_n)
         assert got == expected, case
+
+
+def test_overlap_totals_give_the_summary_of_the_rows():
+    """The exact totals, accumulated in parts (one taken away and added again, as a recount does), give the
+    summary the rows give; beside a sample of the rows, the weighted shares stay the whole's."""
+    rng = np.random.default_rng(5)
+    ngrams = rng.integers(0, 60, (400, overlap.MAX_N))
+    prompt_hits, context_hits = rng.integers(0, 30, (2, 400, overlap.MAX_N)) % (ngrams + 1)
+    with_context = rng.random(400) < 0.6
+    counts = np.stack([ngrams, prompt_hits, context_hits], axis=1)
+    totals = overlap.OverlapTotals()
+    for part in np.array_split(np.arange(400), 6):
+        totals.add(counts[part], with_context[part])
+    totals.add(counts[:50], with_context[:50], -1)
+    totals.add(counts[:50], with_context[:50])
+    whole = overlap.summarize_counts(ngrams, prompt_hits, context_hits, with_context)
+    assert overlap.summarize_counts(ngrams, prompt_hits, context_hits, with_context, totals).to_dict() == whole.to_dict()
+    kept = rng.random(400) < 0.3
+    sampled = overlap.summarize_counts(ngrams[kept], prompt_hits[kept], context_hits[kept], with_context[kept], totals)
+    assert (sampled.requests, sampled.output_ngrams, sampled.prompt_share, sampled.context_share) == (
+        whole.requests, whole.output_ngrams, whole.prompt_share, whole.context_share)
+    assert sampled.prompt_share_request_p50 != whole.prompt_share_request_p50

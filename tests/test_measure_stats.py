@@ -70,3 +70,27 @@ def test_azure_context_tokens_match_numpy(real_file) -> None:
         assert figure == pytest.approx(np.percentile(context, p))
     assert sum(d.hist_counts) == 8819
     assert d.hist_edges[-1] > context.max()
+
+
+def test_exact_summary_gives_the_distributions_exact_parts():
+    """Added batch by batch and merged, the exact summary's count, mean, extremes and log2 histogram are
+    `distribution`'s own (token counts: integers, zeros or not, one value, wide ranges); over a sample's
+    distribution it keeps the sample's percentiles."""
+    from advisor.measure.stats import ExactSummary
+
+    rng = np.random.default_rng(3)
+    cases = [rng.integers(0, 5000, 3000).astype(float), rng.integers(1, 70, 999).astype(float), np.zeros(10),
+             np.array([7.0]), np.array([0.0, 1.0, 2.0, 3.0, 4.0, 1024.0]),
+             np.floor(rng.lognormal(5, 2, 5000)) + 1]
+    for values in cases:
+        first, second = ExactSummary(), ExactSummary()
+        for part in np.array_split(values[: values.size // 2], 5):
+            first.add(part)
+        second.add(values[values.size // 2:])
+        first.absorb(second)
+        whole = distribution(values)
+        assert first.over(whole) == whole
+        sample = distribution(values[::3])
+        over = first.over(sample)
+        assert (over.count, over.max, over.min, over.p50, over.p99) == (
+            values.size, values.max(), values.min(), sample.p50, sample.p99)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 import random
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -204,14 +205,14 @@ def test_workers_recompute_the_overlaps_that_cross_chunks(real_file, tmp_path):
     from advisor.ingest import read_parts
 
     path, options, serial, parallel, stats = _collected_both_ways(real_file, tmp_path)
-    np.testing.assert_array_equal(parallel.overlap_counts.values, serial.overlap_counts.values)
+    np.testing.assert_array_equal(parallel.overlap_counts, serial.overlap_counts)
     np.testing.assert_array_equal(parallel.overlap4, serial.overlap4)
-    np.testing.assert_array_equal(parallel.overlap_with_context.values, serial.overlap_with_context.values)
+    np.testing.assert_array_equal(parallel.overlap_with_context, serial.overlap_with_context)
     assert stats.requests == serial.rows
     # Each chunk alone (one process per chunk, no earlier outputs) gives other counts at the chunks' seams.
     alone = [stream._measure_chunk(part, options, False, {}, 0) for part in read_parts([str(path)])]
     counts = np.concatenate([chunk.measured.overlap_counts.ravel() for chunk in alone])
-    assert not np.array_equal(counts, serial.overlap_counts.values)
+    assert not np.array_equal(counts, serial.overlap_counts)
 
 
 def test_workers_recount_with_the_serial_context_when_its_lru_drops_conversations(real_file, tmp_path, monkeypatch):
@@ -234,9 +235,9 @@ def test_workers_recount_with_the_serial_context_when_its_lru_drops_conversation
     serial = stream.collect(read_requests([str(path)]), options, {})
     stats = IngestStats()
     parallel = stream.collect(read_parts([str(path)], stats=stats), options, {}, workers=2, stats=stats)
-    np.testing.assert_array_equal(parallel.overlap_counts.values, serial.overlap_counts.values)
+    np.testing.assert_array_equal(parallel.overlap_counts, serial.overlap_counts)
     np.testing.assert_array_equal(parallel.overlap4, serial.overlap4)
-    assert not np.array_equal(serial.overlap_counts.values, whole.overlap_counts.values)
+    assert not np.array_equal(serial.overlap_counts, whole.overlap_counts)
 
 
 def test_workers_report_bad_json_lines_as_one_process(tmp_path):
@@ -502,8 +503,8 @@ def test_collected_absorb_equals_one_pass(real_file):
     assert merged.sampling.counts == whole.sampling.counts
     np.testing.assert_array_equal(merged.replay_rows, whole.replay_rows)
     np.testing.assert_array_equal(merged.store.blocks.values, whole.store.blocks.values)
-    counts = merged.overlap_counts.values.reshape(-1, 3, stream.OVERLAP_MAX_N)
-    wholes = whole.overlap_counts.values.reshape(-1, 3, stream.OVERLAP_MAX_N)
+    counts = merged.overlap_counts.reshape(-1, 3, stream.OVERLAP_MAX_N)
+    wholes = whole.overlap_counts.reshape(-1, 3, stream.OVERLAP_MAX_N)
     np.testing.assert_array_equal(counts[:, :2], wholes[:, :2])  # ngrams and prompt hits: per request
 
 
@@ -635,7 +636,8 @@ def test_source_keys_drop_the_folders_only(source, key):
 
 def test_sampled_rows_in_arrival_order_as_in_the_whole_logs_order():
     """The replays order their sampled requests as the whole log's arrival order orders them (by timestamp,
-    missing ones last, file order among equals), without that order: with timestamps, ties, NaNs, none."""
+    missing ones last, file order among equals), from the timestamps they carry, without that order: with
+    timestamps, ties, NaNs, none; the rows in file order (a sample's) or not."""
     from advisor.profile import _arrival_order, _in_arrival_order
 
     rng = np.random.default_rng(11)
@@ -643,6 +645,104 @@ def test_sampled_rows_in_arrival_order_as_in_the_whole_logs_order():
         timestamps[rng.random(400) < 0.2] = np.nan
         rank = np.empty(400, dtype=np.int64)
         rank[_arrival_order(timestamps)] = np.arange(400)
-        rows = np.sort(rng.choice(400, 90, replace=False))
-        ordered = rows[_in_arrival_order(rows, timestamps)]
-        assert ordered.tolist() == sorted(rows.tolist(), key=lambda row: rank[row])
+        for rows in (np.sort(rng.choice(400, 90, replace=False)), rng.choice(400, 90, replace=False)):
+            ordered = rows[_in_arrival_order(rows, timestamps[rows])]
+            assert ordered.tolist() == sorted(rows.tolist(), key=lambda row: rank[row])
+
+
+def test_row_sample_past_its_budget_keeps_the_lowest_priorities_and_exact_totals(real_file, tmp_path, monkeypatch):
+    """Past ROW_BUDGET the per-request columns hold the requests of lowest priority within the budget, with
+    the values the whole collection has for them; two workers (conversations crossing chunks: their recounts
+    go into the sample) collect what one process does; the exact totals beside the sample (lengths, overlap
+    sums, timestamps' count and span) are the unsampled collection's."""
+    from advisor.ingest import read_requests
+    from advisor.measure import stats
+
+    path, options, whole, _, _ = _collected_both_ways(real_file, tmp_path)
+    monkeypatch.setattr(stream, "ROW_BUDGET", 400)
+    _, _, serial, parallel, _ = _collected_both_ways(real_file, tmp_path)
+    assert not whole.sample.sampled and whole.sample.rows.tolist() == list(range(whole.rows))
+    assert serial.sample.sampled and serial.overlap.sampled and serial.rows == parallel.rows == whole.rows
+    kept = serial.sample.rows
+    assert 300 <= kept.size <= 400, kept.size
+    priorities = np.array([state.request_priority(stream.source_key(r.source), 0)
+                           for r in read_requests([str(path)])])
+    assert sorted(priorities[kept].tolist()) == sorted(priorities.tolist())[:kept.size]
+    for name in stream.ROW_COLUMNS:
+        np.testing.assert_array_equal(parallel.sample.carried(name), serial.sample.carried(name))
+        np.testing.assert_array_equal(serial.sample.carried(name), whole.sample.carried(name)[kept])
+    counted = np.searchsorted(whole.overlap.rows, serial.overlap.rows)
+    np.testing.assert_array_equal(whole.overlap.rows[counted], serial.overlap.rows)
+    np.testing.assert_array_equal(serial.overlap_counts, whole.overlap_counts[counted])
+    np.testing.assert_array_equal(parallel.overlap_counts, serial.overlap_counts)
+    for collected in (serial, parallel):
+        assert vars(collected.overlap_totals).keys() == vars(whole.overlap_totals).keys()
+        for name, value in vars(whole.overlap_totals).items():
+            np.testing.assert_array_equal(getattr(collected.overlap_totals, name), value)
+        for name, summary in whole.lengths.items():
+            assert vars(collected.lengths[name]) == vars(summary)
+        assert (collected.timed, collected.first_time, collected.last_time) == (
+            whole.timed, whole.first_time, whole.last_time)
+        np.testing.assert_array_equal(collected.decode_sums, whole.decode_sums)
+    # Unsampled, the exact parts are the distribution's own.
+    for name, values in (("input", whole.input_lens), ("output", whole.output_lens)):
+        assert whole.lengths[name].over(stats.distribution(values)) == stats.distribution(values)
+    # The chain store and the replay sample carry their requests' values, as the whole columns hold them.
+    for sample, rows in ((serial.store, serial.store.rows.values), (serial.replay, serial.replay_rows)):
+        for name in stream.SAMPLE_COLUMNS:
+            np.testing.assert_array_equal(sample.carried(name), whole.sample.carried(name)[rows])
+
+
+def test_sampled_collections_absorb_into_the_one_pass(real_file, monkeypatch):
+    """Past the row budget, Collected of consecutive parts of a real log absorbed in order (what a Ray run's
+    driver does) is the one pass's: the same sample, the same totals, replica labels renumbered."""
+    from advisor.ingest import read_requests
+
+    monkeypatch.setattr(stream, "ROW_BUDGET", 150)
+    options = stream.StreamOptions(tokenizer=None, model=None, block_size=16, hash_block_size=512, seed=0)
+    requests = [replace(request, replica=f"pod-{(index * 5) % 3}" if index % 4 else None)
+                for index, request in enumerate(read_requests([str(real_file("aider_chat_history.md"))]))]
+    whole = stream.collect(requests, options, {})
+    merged = stream.Collected(0)
+    for start in range(0, len(requests), 97):
+        merged.absorb(stream.collect(requests[start:start + 97], options, {}))
+    assert whole.sample.sampled and merged.rows == whole.rows
+    assert merged.replica_names == whole.replica_names
+    np.testing.assert_array_equal(merged.sample.rows, whole.sample.rows)
+    for name in ("timestamp", "input_len", "output_len", "replica_label", "affinity"):
+        np.testing.assert_array_equal(merged.sample.carried(name), whole.sample.carried(name))
+    np.testing.assert_array_equal(merged.store.carried("replica_label"), whole.store.carried("replica_label"))
+    for name, summary in whole.lengths.items():
+        assert vars(merged.lengths[name]) == vars(summary)
+    np.testing.assert_array_equal(merged.overlap_totals.ngrams, whole.overlap_totals.ngrams)
+
+
+def test_a_sampled_report_is_the_same_on_workers_and_names_its_sample(real_file, tmp_path, monkeypatch):
+    """Past the row budget, the report of two workers is one process's field by field; it names the
+    sample, and keeps exact what the sample need not estimate (the lengths' counts, means, extremes and
+    histograms, the decode share, the arrivals' count, span and mean rate, the overlap's weighted shares)."""
+    from advisor.emit.terminal import render_terminal
+
+    path = tmp_path / "chat.jsonl"
+    _chat_log(real_file, path, {})
+    options = ProfileOptions(paths=(str(path),), sweep=False, replicas=2, routing="round_robin")
+    unsampled = build_profile(options).report.to_dict()
+    monkeypatch.setattr(stream, "ROW_BUDGET", 400)
+    one = build_profile(options).report
+    assert_same(build_profile(options, workers=2).report.to_dict(), one.to_dict())
+    sampled = one.to_dict()
+    assert unsampled["row_sample"] is None
+    assert sampled["row_sample"]["population_requests"] == 900 and sampled["row_sample"]["requests"] <= 400
+    for name in ("input", "output", "total"):
+        for key in ("count", "mean", "min", "max", "histogram"):
+            assert sampled["lengths"][name][key] == unsampled["lengths"][name][key], (name, key)
+        assert sampled["lengths"][name]["p50"] != unsampled["lengths"][name]["p50"] or name == "output"
+    assert sampled["lengths"]["decode_share"] == unsampled["lengths"]["decode_share"]
+    for key in ("count", "duration_s", "mean_rate_rps", "bin_s"):
+        assert sampled["arrivals"][key] == unsampled["arrivals"][key], key
+    assert sum(sampled["arrivals"]["counts_per_bin"]) == pytest.approx(900, rel=0.05)
+    for key in ("requests", "output_ngrams", "prompt_share", "context_requests", "context_share"):
+        assert sampled["overlap"][key] == unsampled["overlap"][key], key
+    assert sum(sampled["routing"]["requests"]) == pytest.approx(900, abs=2)
+    text = render_terminal(one)
+    assert f"per-request figures from a seeded sample of {sampled['row_sample']['requests']:,} of 900 requests" in text

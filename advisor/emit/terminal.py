@@ -81,6 +81,10 @@ def render_terminal(report: Report, style: bool = False) -> str:
         out.line(f"  {ingest.unfinished:,} unfinished (no output logged), {ingest.truncated:,} cut by the log's length limit")
     for note in ingest.notes:
         out.line(f"  note: {note}")
+    if report.row_sample:
+        sample = report.row_sample
+        out.line(f"  per-request figures from a seeded sample of {sample.requests:,} of"
+                 f" {sample.population_requests:,} requests: {', '.join(sample.estimated)}")
     for item in report.disabled_analyses:
         out.warn(f"{item.analysis} disabled: {item.reason}")
 

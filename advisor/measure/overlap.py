@@ -433,26 +433,58 @@ def summarize_overlap(per_request: Sequence[RequestOverlap], max_n: int = MAX_N)
     return summarize_counts(ngrams, prompt_hits, context_hits, with_context)
 
 
+class OverlapTotals:
+    """The exact sums `summarize_counts` weighs the shares by, accumulated over batches (and merged across
+    shards): 4 x max_n integers and two counts, whatever the log's size, while the per-request counts that the
+    medians read may be a sample of it."""
+
+    def __init__(self, max_n: int = MAX_N) -> None:
+        self.ngrams = np.zeros(max_n, dtype=np.int64)
+        self.prompt_hits = np.zeros(max_n, dtype=np.int64)
+        self.context_ngrams = np.zeros(max_n, dtype=np.int64)
+        self.context_hits = np.zeros(max_n, dtype=np.int64)
+        self.requests = 0
+        self.context_requests = 0
+
+    def add(self, counts: np.ndarray, with_context: np.ndarray, sign: int = 1) -> None:
+        """Adds (sign 1) or takes away (-1: counts computed again) requests' packed counts (k x 3 x max_n, as
+        `overlap_counts`) with their context flags."""
+        ngrams, hits = counts[:, 0].astype(np.int64), counts[:, 1:].astype(np.int64)
+        self.ngrams += sign * ngrams.sum(axis=0)
+        self.prompt_hits += sign * hits[:, 0].sum(axis=0)
+        self.context_ngrams += sign * ngrams[with_context].sum(axis=0)
+        self.context_hits += sign * hits[with_context, 1].sum(axis=0)
+        self.requests += sign * int(counts.shape[0])
+        self.context_requests += sign * int(np.count_nonzero(with_context))
+
+    def absorb(self, other: OverlapTotals) -> None:
+        for name in ("ngrams", "prompt_hits", "context_ngrams", "context_hits"):
+            getattr(self, name).__iadd__(getattr(other, name))
+        self.requests += other.requests
+        self.context_requests += other.context_requests
+
+
 def summarize_counts(ngrams: np.ndarray, prompt_hits: np.ndarray, context_hits: np.ndarray,
-                     with_context: np.ndarray) -> OverlapSummary:
+                     with_context: np.ndarray, totals: OverlapTotals | None = None) -> OverlapSummary:
     """`summarize_overlap` from packed counts (rows = requests, columns n = 1..max_n; context rows of
-    requests without a context are ignored), so a streaming caller keeps 3 x max_n integers a request."""
+    requests without a context are ignored), so a streaming caller keeps 3 x max_n integers a request.
+    With `totals` (the exact sums of the whole log), the rows may be a sample of it: the weighted shares and
+    counts come from the totals, the per-request medians from the rows."""
     max_n = ngrams.shape[1]
-    totals = ngrams.sum(axis=0)
-    context_totals = ngrams[with_context].sum(axis=0)
+    if totals is None:
+        totals = OverlapTotals(max_n)
+        totals.add(np.stack([ngrams, prompt_hits, context_hits], axis=1), with_context)
 
     def shares(hits: np.ndarray, denominators: np.ndarray) -> tuple[float | None, ...]:
         return tuple(float(h) / float(d) if d else None for h, d in zip(hits, denominators))
 
     return OverlapSummary(
         n=tuple(range(1, max_n + 1)),
-        requests=int(ngrams.shape[0]),
-        output_ngrams=tuple(int(t) for t in totals),
-        prompt_share=shares(prompt_hits.sum(axis=0), totals),
-        context_requests=int(with_context.sum()),
-        context_share=(
-            shares(context_hits[with_context].sum(axis=0), context_totals) if with_context.any() else None
-        ),
+        requests=totals.requests,
+        output_ngrams=tuple(int(t) for t in totals.ngrams),
+        prompt_share=shares(totals.prompt_hits, totals.ngrams),
+        context_requests=totals.context_requests,
+        context_share=shares(totals.context_hits, totals.context_ngrams) if totals.context_requests else None,
         prompt_share_request_p50=_median_shares(prompt_hits, ngrams),
         context_share_request_p50=_median_shares(context_hits, ngrams, with_context),
     )

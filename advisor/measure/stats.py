@@ -6,7 +6,7 @@ Percentiles use numpy's default "linear" method (type 7 of Hyndman & Fan), so th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -109,6 +109,57 @@ def distribution(values: np.ndarray) -> Distribution:
         hist_edges=tuple(float(e) for e in edges),
         hist_counts=tuple(int(c) for c in counts),
     )
+
+
+class ExactSummary:
+    """The parts of `distribution` that add up over batches and shards, exactly, in fixed size: count, sum,
+    min, max and the log2 histogram's counts per power of two (for values >= 0; integers such as token
+    counts keep the sum exact below 2**53). Beside a sample of the values, whose percentiles are estimates,
+    these stay the whole log's."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.sum = 0.0
+        self.min = np.inf
+        self.max = -np.inf
+        self.zeros = 0
+        self.exponents: dict[int, int] = {}  # frexp exponent e (2**(e-1) <= v < 2**e) -> count
+
+    def add(self, values: np.ndarray) -> None:
+        if not values.size:
+            return
+        self.count += int(values.size)
+        self.sum += float(values.sum())
+        self.min, self.max = min(self.min, float(values.min())), max(self.max, float(values.max()))
+        positive = values[values > 0]
+        self.zeros += int(values.size - positive.size)
+        exponents, counts = np.unique(np.frexp(positive)[1], return_counts=True)
+        for exponent, count in zip(exponents.tolist(), counts.tolist()):
+            self.exponents[exponent] = self.exponents.get(exponent, 0) + count
+
+    def absorb(self, other: ExactSummary) -> None:
+        self.count += other.count
+        self.sum += other.sum
+        self.min, self.max = min(self.min, other.min), max(self.max, other.max)
+        self.zeros += other.zeros
+        for exponent, count in other.exponents.items():
+            self.exponents[exponent] = self.exponents.get(exponent, 0) + count
+
+    def over(self, sample: Distribution) -> Distribution:
+        """`sample` (the distribution of a sample of these values) with this whole's exact count, mean, min,
+        max and histogram: `log2_edges` and the bins `distribution` gives the whole."""
+        if not self.count or self.min < 0:
+            return sample
+        low = min(0, min(self.exponents, default=1) - 1)
+        high = max(self.exponents, default=0)
+        edges = [float(e) for e in np.ldexp(1.0, np.arange(low, high + 1))] if self.exponents else [1.0]
+        counts = [self.exponents.get(e + 1, 0) for e in range(low, high)]
+        if not self.exponents:
+            edges, counts = [0.0, 1.0], [self.zeros]
+        elif self.zeros:
+            edges, counts = [0.0, *edges], [self.zeros, *counts]
+        return replace(sample, count=self.count, mean=self.sum / self.count, min=self.min, max=self.max,
+                       hist_edges=tuple(edges), hist_counts=tuple(counts))
 
 
 def decode_share(input_lens: np.ndarray, output_lens: np.ndarray) -> float | None:
