@@ -195,12 +195,13 @@ def _row_sample(c: stream.Collected) -> RowSample | None:
         return None
     return RowSample(
         requests=int(c.sample.rows.size), population_requests=c.rows,
-        rule=f"per-request numbers past {stream.ROW_BUDGET:,} requests: a seeded uniform sample of requests",
+        rule=f"per-request numbers past {stream.ROW_BUDGET:,} requests: a seeded uniform sample of requests"
+             f" (p = {c.row_share:.3g} of them)",
         estimated=(
-            "length distributions", "decode share", "inter-arrival distribution and burstiness (a thinned"
-            " process looks less bursty)", "arrival peaks and bins (scaled by the sampled share)",
-            "observed concurrency (scaled)", "per-request overlap medians", "tokenizer usage check",
-            "routing split", "segmentation",
+            "length percentiles", "arrival bins and peaks (scaled by 1/p)",
+            "inter-arrival gaps (scaled by p) and burstiness (a thinned process looks less bursty)",
+            "observed concurrency (scaled by 1/p)", "per-request overlap medians", "tokenizer usage check",
+            "routing split (scaled)", "segmentation",
         ),
     )
 

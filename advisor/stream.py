@@ -64,26 +64,19 @@ CONTEXT_TOKEN_BUDGET = 4_000_000
 # seeded uniform sample of requests (advisor.measure.state.RowSample), so that the profile's memory stays
 # bounded whatever the log's size. Past 1 M requests the report names what comes from the sample.
 ROW_BUDGET = 1_000_000
-# The per-request values, as the row sample keeps them: name -> (dtype, fill, values per request).
-ROW_COLUMNS: state.CarriedSpec = {
-    "timestamp": (np.float64, np.nan, 1),  # times, latencies and logged usage many logs lack: no bytes
-    "input_len": (np.float64, None, 1),    # a request until one has them (state.Column's fill)
-    "output_len": (np.float64, None, 1),
-    "latency": (np.float64, np.nan, 1),
-    "logged_prompt_tokens": (np.float64, np.nan, 1),
-    "overlap4": (np.float64, None, 1),
+# The per-request values, one record a request, as the row sample keeps them. The chain store and the replay
+# sample carry the same records for their requests (arrival order, the APC replay's hold times, replica):
+# they never look into the row sample, which drops other rows.
+ROW_DTYPE = np.dtype([
+    ("timestamp", np.float64), ("input_len", np.float64), ("output_len", np.float64), ("latency", np.float64),
+    ("logged_prompt_tokens", np.float64), ("overlap4", np.float64),
     # Routing (advisor.measure.routing): the log's replica name of each request (an index into
     # Collected.replica_names, -1: none), and the hash that consistent_hash routes its conversation by.
-    "replica_label": (np.int32, -1, 1),
-    "affinity": (np.uint32, None, 1),
-}
-# What the chain store and the replay sample carry of each request they keep: its arrival order, the APC
-# replay's hold times, its replica. Those samples never look into the row sample, which drops other rows.
-SAMPLE_COLUMNS: state.CarriedSpec = {name: ROW_COLUMNS[name] for name in (
-    "timestamp", "output_len", "latency", "replica_label", "affinity")}
+    ("replica_label", np.int32), ("affinity", np.uint32),
+])
 # Per counted request: its packed counts (int32: a count is at most an output's length, which a line's
 # 64 MiB bounds; sums widen to int64), and whether it had a conversation context.
-OVERLAP_COLUMNS: state.CarriedSpec = {"counts": (np.int32, None, OVERLAP_VALUES), "with_context": (np.bool_, None, 1)}
+OVERLAP_DTYPE = np.dtype([("counts", np.int32, (OVERLAP_VALUES,)), ("with_context", np.bool_)])
 IN_FLIGHT_PER_WORKER = 2  # batches sent ahead of the one being collected
 # The cyclic collector's first threshold while streaming (Python's default: 700), see _fewer_collections.
 STREAM_GC_THRESHOLD = 100_000
@@ -285,7 +278,7 @@ class MeasuredChunk:
 class Collected:
     """What the profile keeps of the requests, in file order, in bounded state.
 
-    Per request, a few numbers (about 120 bytes: ROW_COLUMNS, and the overlap counts) within ROW_BUDGET
+    Per request, a few numbers (about 165 bytes: ROW_DTYPE, the overlap counts) within ROW_BUDGET
     requests (a seeded uniform sample of requests past it, with exact totals beside it: the overlap's sums,
     the count and span of the timestamps); the block chains within PREFIX_BLOCK_BUDGET (a seeded sample of
     conversations past it); token ids for the replays within REPLAY_TOKEN_BUDGET (a seeded sample of requests
@@ -295,12 +288,12 @@ class Collected:
 
     def __init__(self, seed: int) -> None:
         self.rows = 0
-        self.sample = state.RowSample(ROW_BUDGET, seed, ROW_COLUMNS)
-        self.overlap = state.RowSample(ROW_BUDGET, seed, OVERLAP_COLUMNS)
+        self.sample = state.RowSample(ROW_BUDGET, seed, ROW_DTYPE)
+        self.overlap = state.RowSample(ROW_BUDGET, seed, OVERLAP_DTYPE)
         self.overlap_totals = overlap.OverlapTotals(OVERLAP_MAX_N)
-        self.store = state.ChainStore(PREFIX_BLOCK_BUDGET, seed, SAMPLE_COLUMNS)
+        self.store = state.ChainStore(PREFIX_BLOCK_BUDGET, seed, ROW_DTYPE)
         self.sampling = state.SamplingCounts()
-        self.replay = state.ReplaySample(REPLAY_TOKEN_BUDGET, seed, SAMPLE_COLUMNS)
+        self.replay = state.ReplaySample(REPLAY_TOKEN_BUDGET, seed, ROW_DTYPE)
         self.replica_names: dict[str, int] = {}
         # Exact over the whole log, beside the sampled columns: the lengths' count, sum, extremes and
         # histogram (total: of the requests with both lengths), the token sums of the decode share.
@@ -504,28 +497,29 @@ def collect_batch(measured: MeasuredBatch, out: Collected) -> None:
     out.sampling.absorb(facts.sampling)
     names = out.replica_names
     renumber = np.array([names.setdefault(name, len(names)) for name in facts.replica_names] + [-1], dtype=np.int32)
-    shares4 = np.full(measured.size, np.nan)
-    values = {
-        "timestamp": facts.timestamps, "input_len": measured.input_lens, "output_len": measured.output_lens,
-        "latency": facts.latencies,
-        "logged_prompt_tokens": np.where(measured.text_prompt, facts.logged_prompt_tokens, np.nan),
-        "overlap4": shares4, "replica_label": renumber[facts.replica_labels], "affinity": facts.affinities,
-    }
+    values = np.empty(measured.size, dtype=ROW_DTYPE)
+    values["timestamp"], values["latency"] = facts.timestamps, facts.latencies
+    values["input_len"], values["output_len"] = measured.input_lens, measured.output_lens
+    values["logged_prompt_tokens"] = np.where(measured.text_prompt, facts.logged_prompt_tokens, np.nan)
+    values["overlap4"] = np.nan
+    values["replica_label"], values["affinity"] = renumber[facts.replica_labels], facts.affinities
     rows = np.arange(first, first + measured.size, dtype=np.int64)
-    _collect_chains(measured, out.store, first, values)
     counted = measured.counted
     if counted.size:
         counts = measured.overlap_counts
         out.overlap_totals.add(counts, measured.with_context)
         priorities = facts.request_priorities[counted]
-        out.overlap.add(rows[counted], priorities, {"counts": counts.reshape(counted.size, -1),
-                                                    "with_context": measured.with_context})
-        shares4[counted] = _shares4(counts)
+        records = np.empty(counted.size, dtype=OVERLAP_DTYPE)
+        records["counts"], records["with_context"] = counts.reshape(counted.size, -1), measured.with_context
+        out.overlap.add(rows[counted], priorities, records)
+        values["overlap4"][counted] = _shares4(counts)
         candidate = priorities < out.replay.bound  # the others are never kept
         indices = counted[candidate]
         out.replay.add_many((first + indices).tolist(), priorities[candidate].tolist(),
                             [(measured.prompt(index), measured.output(index)) for index in indices.tolist()],
-                            counted.size, {name: values[name][indices] for name in SAMPLE_COLUMNS})
+                            counted.size, values[indices])
+    _collect_chains(measured, out.store, first, values)
+    out.sample.add(rows, facts.request_priorities, values)
     inputs, outputs = measured.input_lens, measured.output_lens
     both = ~np.isnan(inputs) & ~np.isnan(outputs)
     out.lengths["input"].add(inputs[~np.isnan(inputs)])
@@ -537,7 +531,6 @@ def collect_batch(measured: MeasuredBatch, out: Collected) -> None:
         out.timed += timed.size
         out.first_time = min(out.first_time, float(timed.min()))
         out.last_time = max(out.last_time, float(timed.max()))
-    out.sample.add(rows, facts.request_priorities, values)
     out.rows += measured.size
 
 
@@ -548,10 +541,9 @@ def _shares4(counts: np.ndarray) -> np.ndarray:
     return np.divide(hits, positions, out=np.full(positions.size, np.nan), where=positions != 0)
 
 
-def _collect_chains(measured: MeasuredBatch, store: state.ChainStore, first: int,
-                    values: dict[str, np.ndarray]) -> None:
-    """Offers the batch's block chains to the store at once, with their requests' `values` (the batch's,
-    of which the store carries SAMPLE_COLUMNS): those hashed ahead (`measured.hashed_rows`, of which it
+def _collect_chains(measured: MeasuredBatch, store: state.ChainStore, first: int, values: np.ndarray) -> None:
+    """Offers the batch's block chains to the store at once, with their requests' records (`values`, the
+    batch's, ROW_DTYPE): those hashed ahead (`measured.hashed_rows`, of which it
     keeps those below its bound now) and a trace's logged ones; the others only count as offered."""
     block_size = measured.block_size
     rows = measured.hashed_rows
@@ -562,8 +554,7 @@ def _collect_chains(measured: MeasuredBatch, store: state.ChainStore, first: int
     priorities = measured.facts.chain_priorities
     if not measured.traced:
         store.add_packed(first + rows, priorities[rows], measured.hashed_blocks, measured.hashed_offsets,
-                         prompt_tokens, prompt_tokens // block_size, offered, block_sizes,
-                         {name: values[name][rows] for name in SAMPLE_COLUMNS})
+                         prompt_tokens, prompt_tokens // block_size, offered, block_sizes, values[rows])
         return
     # A token-free trace's chains come from its logged block ids as chains of their own: offered with the
     # hashed ones (a log of both formats), in row order.
@@ -575,7 +566,7 @@ def _collect_chains(measured: MeasuredBatch, store: state.ChainStore, first: int
     block_sizes.update(size for _, _, size in measured.traced)
     indices = np.array([index for index, _ in chains], dtype=np.int64)
     store.add_many((first + indices).tolist(), priorities[indices].tolist(), [chain for _, chain in chains],
-                   offered, block_sizes, {name: values[name][indices] for name in SAMPLE_COLUMNS})
+                   offered, block_sizes, values[indices])
 
 
 Job = list[Request] | ingest.LineChunk  # a batch of requests, or a chunk of a file's raw lines
@@ -744,12 +735,8 @@ class _Crossings:
         rows, collected, with_context = self._asked.pop(number)
         out.overlap_totals.add(collected, with_context, -1)
         out.overlap_totals.add(counts, with_context)
-        for sample, name, values in ((out.overlap, "counts", counts.reshape(rows.size, -1)),
-                                     (out.sample, "overlap4", _shares4(counts))):
-            kept = sample.rows
-            places = np.minimum(np.searchsorted(kept, rows), max(kept.size - 1, 0))
-            found = kept[places] == rows if kept.size else np.zeros(rows.size, dtype=np.bool_)
-            sample.carried(name)[places[found]] = values[found]
+        out.overlap.overwrite(rows, "counts", counts.reshape(rows.size, -1))
+        out.sample.overwrite(rows, "overlap4", _shares4(counts))
 
 
 def _measure_chunk(chunk: ingest.LineChunk, options: StreamOptions, strict: bool,

@@ -650,6 +650,13 @@ def test_sampled_rows_in_arrival_order_as_in_the_whole_logs_order():
             assert ordered.tolist() == sorted(rows.tolist(), key=lambda row: rank[row])
 
 
+def _assert_same_state(mine, theirs) -> None:
+    """Two accumulators (stats.ExactSummary, overlap.OverlapTotals) hold the same values."""
+    assert vars(mine).keys() == vars(theirs).keys()
+    for name, value in vars(theirs).items():
+        np.testing.assert_array_equal(getattr(mine, name), value, err_msg=name)
+
+
 def test_row_sample_past_its_budget_keeps_the_lowest_priorities_and_exact_totals(real_file, tmp_path, monkeypatch):
     """Past ROW_BUDGET the per-request columns hold the requests of lowest priority within the budget, with
     the values the whole collection has for them; two workers (conversations crossing chunks: their recounts
@@ -668,7 +675,7 @@ def test_row_sample_past_its_budget_keeps_the_lowest_priorities_and_exact_totals
     priorities = np.array([state.request_priority(stream.source_key(r.source), 0)
                            for r in read_requests([str(path)])])
     assert sorted(priorities[kept].tolist()) == sorted(priorities.tolist())[:kept.size]
-    for name in stream.ROW_COLUMNS:
+    for name in stream.ROW_DTYPE.names:
         np.testing.assert_array_equal(parallel.sample.carried(name), serial.sample.carried(name))
         np.testing.assert_array_equal(serial.sample.carried(name), whole.sample.carried(name)[kept])
     counted = np.searchsorted(whole.overlap.rows, serial.overlap.rows)
@@ -676,11 +683,9 @@ def test_row_sample_past_its_budget_keeps_the_lowest_priorities_and_exact_totals
     np.testing.assert_array_equal(serial.overlap_counts, whole.overlap_counts[counted])
     np.testing.assert_array_equal(parallel.overlap_counts, serial.overlap_counts)
     for collected in (serial, parallel):
-        assert vars(collected.overlap_totals).keys() == vars(whole.overlap_totals).keys()
-        for name, value in vars(whole.overlap_totals).items():
-            np.testing.assert_array_equal(getattr(collected.overlap_totals, name), value)
+        _assert_same_state(collected.overlap_totals, whole.overlap_totals)
         for name, summary in whole.lengths.items():
-            assert vars(collected.lengths[name]) == vars(summary)
+            _assert_same_state(collected.lengths[name], summary)
         assert (collected.timed, collected.first_time, collected.last_time) == (
             whole.timed, whole.first_time, whole.last_time)
         np.testing.assert_array_equal(collected.decode_sums, whole.decode_sums)
@@ -689,7 +694,7 @@ def test_row_sample_past_its_budget_keeps_the_lowest_priorities_and_exact_totals
         assert whole.lengths[name].over(stats.distribution(values)) == stats.distribution(values)
     # The chain store and the replay sample carry their requests' values, as the whole columns hold them.
     for sample, rows in ((serial.store, serial.store.rows.values), (serial.replay, serial.replay_rows)):
-        for name in stream.SAMPLE_COLUMNS:
+        for name in stream.ROW_DTYPE.names:
             np.testing.assert_array_equal(sample.carried(name), whole.sample.carried(name)[rows])
 
 
@@ -713,7 +718,7 @@ def test_sampled_collections_absorb_into_the_one_pass(real_file, monkeypatch):
         np.testing.assert_array_equal(merged.sample.carried(name), whole.sample.carried(name))
     np.testing.assert_array_equal(merged.store.carried("replica_label"), whole.store.carried("replica_label"))
     for name, summary in whole.lengths.items():
-        assert vars(merged.lengths[name]) == vars(summary)
+        _assert_same_state(merged.lengths[name], summary)
     np.testing.assert_array_equal(merged.overlap_totals.ngrams, whole.overlap_totals.ngrams)
 
 
@@ -721,6 +726,7 @@ def test_a_sampled_report_is_the_same_on_workers_and_names_its_sample(real_file,
     """Past the row budget, the report of two workers is one process's field by field; it names the
     sample, and keeps exact what the sample need not estimate (the lengths' counts, means, extremes and
     histograms, the decode share, the arrivals' count, span and mean rate, the overlap's weighted shares)."""
+    from advisor.emit.html import render_html
     from advisor.emit.terminal import render_terminal
 
     path = tmp_path / "chat.jsonl"
@@ -744,5 +750,8 @@ def test_a_sampled_report_is_the_same_on_workers_and_names_its_sample(real_file,
     for key in ("requests", "output_ngrams", "prompt_share", "context_requests", "context_share"):
         assert sampled["overlap"][key] == unsampled["overlap"][key], key
     assert sum(sampled["routing"]["requests"]) == pytest.approx(900, abs=2)
-    text = render_terminal(one)
-    assert f"per-request figures from a seeded sample of {sampled['row_sample']['requests']:,} of 900 requests" in text
+    kept = sampled["row_sample"]["requests"]
+    assert f"per-request figures from a seeded sample of {kept:,} of 900 requests (p = {kept / 900:.3g})" in (
+        render_terminal(one))
+    assert f"seeded sample of {kept:,} of 900 requests (p = {kept / 900:.3g}); estimates: length percentiles" in (
+        render_html(one))

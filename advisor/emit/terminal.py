@@ -84,7 +84,9 @@ def render_terminal(report: Report, style: bool = False) -> str:
     if report.row_sample:
         sample = report.row_sample
         out.line(f"  per-request figures from a seeded sample of {sample.requests:,} of"
-                 f" {sample.population_requests:,} requests: {', '.join(sample.estimated)}")
+                 f" {sample.population_requests:,} requests (p = {sample.requests / sample.population_requests:.3g});"
+                 " estimates:")
+        out.line(f"    {'; '.join(sample.estimated)}")
     for item in report.disabled_analyses:
         out.warn(f"{item.analysis} disabled: {item.reason}")
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import zlib
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -31,8 +31,6 @@ _PRIORITY_SPACE = 1 << 32
 # A sampled store keeps at most this share of its budget; between compactions it fills up to the whole budget.
 SAMPLE_SHARE = (3, 4)
 
-# Per-item values a sample carries beside its payload: name -> (dtype, fill of `Column`, values per item).
-CarriedSpec = Mapping[str, tuple[type | np.dtype, float | int | None, int]]
 
 
 class Column:
@@ -130,7 +128,7 @@ class _PrioritySample:
     what it has seen (compaction); reads settle the rest. Subclasses hold the payload and drop it in `_keep`.
     """
 
-    def __init__(self, budget: int, seed: int, carried: CarriedSpec | None = None):
+    def __init__(self, budget: int, seed: int, carried: np.dtype | None = None):
         self.budget = budget
         self.cut = budget * SAMPLE_SHARE[0] // SAMPLE_SHARE[1]
         self.seed = seed
@@ -140,10 +138,10 @@ class _PrioritySample:
         self.priorities = Column(np.int64)
         self.weights = Column(np.int64)
         self.weight = 0  # of the stored items
-        # Values of each kept item that the analyses read (its time, output length, replica, ...): carried
-        # here, not looked up in columns of the whole log, so those may be sampled on their own.
-        self._widths = {name: width for name, (_, _, width) in (carried or {}).items()}
-        self._carried = {name: Column(dtype, fill=fill) for name, (dtype, fill, _) in (carried or {}).items()}
+        # Values of each kept item that the analyses read (its time, output length, replica, ...), one record
+        # of the structured dtype `carried` an item: carried here, not looked up in columns of the whole log,
+        # so those may be sampled on their own. One record a request, not a column a value: one append a batch.
+        self._carried = Column(carried) if carried is not None else None
 
     def _kept(self, priorities: Sequence[int]) -> list[int]:
         """Which of a batch's offered items (their priorities) to store: those below the threshold."""
@@ -151,17 +149,16 @@ class _PrioritySample:
         return [k for k, priority in enumerate(priorities) if priority < threshold]
 
     def _stored(self, rows: Sequence[int] | np.ndarray, priorities: Sequence[int] | np.ndarray,
-                weights: Sequence[int] | np.ndarray, values: Mapping[str, np.ndarray]) -> None:
-        """Records the items just stored (a batch's), with their carried `values` (one entry, or a row of
-        the name's width, per item); compacts when the budget is passed. The threshold was not lowered
-        within the batch: that stores a few more items, never other ones (see `priority_threshold`), and
-        the batch's items go in as arrays."""
+                weights: Sequence[int] | np.ndarray, values: np.ndarray | None = None) -> None:
+        """Records the items just stored (a batch's), with their carried `values` (a record each); compacts
+        when the budget is passed. The threshold was not lowered within the batch: that stores a few more
+        items, never other ones (see `priority_threshold`), and the batch's items go in as arrays."""
         self._rows.extend(rows)
         self.priorities.extend(priorities)
         self.weights.extend(weights)
         self.weight += int(np.sum(weights))
-        for name, column in self._carried.items():
-            column.extend(np.asarray(values[name]).ravel())
+        if self._carried is not None:
+            self._carried.extend(values)
         self._settled = False
         if self.weight > self.budget:
             self._settle()
@@ -175,8 +172,8 @@ class _PrioritySample:
         self.priorities.extend(other.priorities.values)
         self.weights.extend(other.weights.values)
         self.weight += other.weight
-        for name, column in self._carried.items():
-            column.extend(other._carried[name].values)
+        if self._carried is not None:
+            self._carried.extend(other._carried.values)
         return thresholds
 
     def _merged(self, thresholds: list[int]) -> None:
@@ -193,11 +190,9 @@ class _PrioritySample:
         keep = self.priorities.values < self._threshold
         if not keep.all():
             self._keep(keep)
-            for column in (self._rows, self.priorities, self.weights):
-                column.keep(keep)
-            for name, column in self._carried.items():
-                width = self._widths[name]
-                column.keep(keep if width == 1 else np.repeat(keep, width))
+            for column in (self._rows, self.priorities, self.weights, self._carried):
+                if column is not None:
+                    column.keep(keep)
             self.weight = int(self.weights.values.sum())
         self._settled = True
 
@@ -205,19 +200,29 @@ class _PrioritySample:
         raise NotImplementedError
 
     def carried(self, name: str) -> np.ndarray:
-        """The carried values `name` of the kept items, in row order (rows of its width when wider than one)."""
+        """The carried values `name` of the kept items, in row order: a view of the records' field (strided,
+        not copied: the analyses read them; rows of its width for a subarray field)."""
         self._settled_rows()
-        values = self._carried[name].values
-        width = self._widths[name]
-        return values if width == 1 else values.reshape(-1, width)
+        return self._carried.values[name]
+
+    def overwrite(self, rows: np.ndarray, name: str, values: np.ndarray) -> None:
+        """Sets the carried values `name` of those of `rows` (ascending) still stored to `values` (one entry
+        or row each), without settling: a settle sorts every stored priority, which per call would cost the
+        main process of a worker run O(rows) for every chunk it recounts."""
+        stored = self._rows.values  # ascending: stored in row order, compaction keeps it
+        if not stored.size or not rows.size:
+            return
+        places = np.minimum(np.searchsorted(stored, rows), stored.size - 1)
+        found = stored[places] == rows
+        self._carried.values[name][places[found]] = values[found]
 
     def relabel(self, name: str, mapping: np.ndarray) -> None:
         """Replaces each carried value v of `name` by mapping[v] (replica labels renumbered on a merge)."""
-        column = self._carried[name]
-        if column.size:  # a new column: a shard's arrays come back from Ray read-only
-            relabelled = Column(column.values.dtype, fill=column._fill)
-            relabelled.extend(mapping[column.values])
-            self._carried[name] = relabelled
+        if self._carried is not None and self._carried.size:
+            records = self._carried.values.copy()  # a shard's arrays come back from Ray read-only
+            records[name] = mapping[records[name]]
+            self._carried = Column(records.dtype)
+            self._carried.extend(records)
 
     @property
     def threshold(self) -> int:
@@ -249,7 +254,7 @@ class ChainStore(_PrioritySample):
     as a share of conversations (1.0: all kept).
     """
 
-    def __init__(self, block_budget: int, seed: int, carried: CarriedSpec | None = None):
+    def __init__(self, block_budget: int, seed: int, carried: np.dtype | None = None):
         super().__init__(block_budget, seed, carried)
         self.blocks = Column(np.uint64)
         self.prompt_blocks = Column(np.int64)
@@ -264,15 +269,14 @@ class ChainStore(_PrioritySample):
         return conversation_priority(key, self.seed)
 
     def add(self, row: int, priority: int, chain: PrefixBlocks | None, block_size: int,
-            values: Mapping[str, Sequence] | None = None) -> None:
+            values: np.ndarray | None = None) -> None:
         """Offers the chain of request `row`, of sample priority `priority` (`self.priority(key)`), with its
-        carried values (one each); `chain` may be None only when the priority is at or above `bound` (see
-        _PrioritySample)."""
-        self.add_many([row], [priority], [chain], 1, (block_size,),
-                      {name: np.asarray(value)[None] for name, value in (values or {}).items()})
+        carried record (an array of one); `chain` may be None only when the priority is at or above `bound`
+        (see _PrioritySample)."""
+        self.add_many([row], [priority], [chain], 1, (block_size,), values)
 
     def add_many(self, rows: list[int], priorities: list[int], chains: Sequence[PrefixBlocks | None], offered: int,
-                 block_sizes: Iterable[int], values: Mapping[str, np.ndarray] | None = None) -> None:
+                 block_sizes: Iterable[int], values: np.ndarray | None = None) -> None:
         """Offers `offered` chains at once (a batch's, of `block_sizes`), of which only these (request rows in
         order, priorities, chains, carried values) may be kept: the others' priorities are at or above
         `bound`. A chain may be None where its priority is too."""
@@ -286,14 +290,14 @@ class ChainStore(_PrioritySample):
                         np.cumsum([0] + [chain.chain.size for chain in kept]),
                         np.array([chain.prompt_tokens for chain in kept], dtype=np.int64),
                         np.array([chain.prompt_blocks for chain in kept], dtype=np.int64), offered, block_sizes,
-                        {name: np.asarray(value)[chosen] for name, value in (values or {}).items()})
+                        None if values is None else values[chosen])
 
     def add_packed(self, rows: np.ndarray, priorities: np.ndarray, blocks: np.ndarray, offsets: np.ndarray,
                    prompt_tokens: np.ndarray, prompt_blocks: np.ndarray, offered: int,
-                   block_sizes: Iterable[int], values: Mapping[str, np.ndarray] | None = None) -> None:
+                   block_sizes: Iterable[int], values: np.ndarray | None = None) -> None:
         """`add_many` with the chains packed as the workers send them: chain k is
         `blocks[offsets[k]:offsets[k + 1]]`, with `prompt_tokens[k]` and `prompt_blocks[k]` (PrefixBlocks'
-        fields) and `values[name][k]`. No object per chain: building one per offered chain was 0.17 s of the
+        fields) and the carried record `values[k]`. No object per chain: building one per offered chain was 0.17 s of the
         main process's 0.37 s collection of the 320 MB log's chains on 3 workers."""
         self.offered += offered
         self.block_sizes.update(block_sizes)
@@ -304,8 +308,7 @@ class ChainStore(_PrioritySample):
         self.blocks.extend(blocks[offsets[0]:offsets[-1]] if keep.all() else blocks[np.repeat(keep, lengths)])
         self.prompt_blocks.extend(prompt_blocks[keep])
         self.prompt_tokens.extend(prompt_tokens[keep])
-        self._stored(rows[keep], priorities[keep], lengths[keep],
-                     {name: np.asarray(value)[keep] for name, value in (values or {}).items()})
+        self._stored(rows[keep], priorities[keep], lengths[keep], None if values is None else values[keep])
 
     def absorb(self, other: ChainStore, row_offset: int) -> None:
         """Appends the chains of `other`, whose rows follow this store's (shifted by `row_offset`): the result
@@ -362,7 +365,7 @@ class ReplaySample(_PrioritySample):
     sharding of the log. `seen` counts every request offered.
     """
 
-    def __init__(self, token_budget: int, seed: int, carried: CarriedSpec | None = None):
+    def __init__(self, token_budget: int, seed: int, carried: np.dtype | None = None):
         super().__init__(token_budget, seed, carried)
         self._inputs: list[tuple[np.ndarray, np.ndarray]] = []
         self.seen = 0
@@ -372,14 +375,13 @@ class ReplaySample(_PrioritySample):
         return request_priority(key, self.seed)
 
     def add(self, row: int, priority: int, prompt_ids: np.ndarray, output_ids: np.ndarray,
-            values: Mapping[str, Sequence] | None = None) -> None:
+            values: np.ndarray | None = None) -> None:
         """Offers request `row`'s ids, of sample priority `priority` (`self.priority(key)`), with its carried
-        values (one each)."""
-        self.add_many([row], [priority], [(prompt_ids, output_ids)], 1,
-                      {name: np.asarray(value)[None] for name, value in (values or {}).items()})
+        record (an array of one)."""
+        self.add_many([row], [priority], [(prompt_ids, output_ids)], 1, values)
 
     def add_many(self, rows: list[int], priorities: list[int], inputs: list[tuple[np.ndarray, np.ndarray]],
-                 offered: int, values: Mapping[str, np.ndarray] | None = None) -> None:
+                 offered: int, values: np.ndarray | None = None) -> None:
         """Offers `offered` requests at once (a batch's), of which only these (rows in order, priorities,
         (prompt ids, output ids), carried values) may be kept: the others' priorities are at or above
         `bound`."""
@@ -392,7 +394,7 @@ class ReplaySample(_PrioritySample):
         self._inputs.extend(kept)
         self._stored([rows[k] for k in keep], [priorities[k] for k in keep],
                      [prompt.size + output.size for prompt, output in kept],
-                     {name: np.asarray(value)[keep] for name, value in (values or {}).items()})
+                     None if values is None else values[keep])
 
     def absorb(self, other: ReplaySample, row_offset: int) -> None:
         """Appends the requests of `other`, whose rows follow this sample's: the sample one pass gives."""
@@ -419,23 +421,23 @@ class ReplaySample(_PrioritySample):
 
 
 class RowSample(_PrioritySample):
-    """Named per-request values (the `carried` columns: lengths, times, shares) of every request within
+    """Per-request values (the records of the structured dtype `carried`: lengths, times, shares) of every request within
     `budget` rows; past it, the requests of lowest priority (`request_priority`, as the replay sample's) that
     fit in SAMPLE_SHARE of it: a uniform sample of requests, the same whatever the order or sharding of the
     log, so that what the profile keeps per request stays bounded whatever the log's size. `offered` counts
     every request offered.
     """
 
-    def __init__(self, budget: int, seed: int, carried: CarriedSpec):
+    def __init__(self, budget: int, seed: int, carried: np.dtype):
         super().__init__(budget, seed, carried)
         self.offered = 0
 
-    def add(self, rows: np.ndarray, priorities: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
-        """Offers the requests `rows` (in order) with their priorities and values (one entry or row each)."""
+    def add(self, rows: np.ndarray, priorities: np.ndarray, values: np.ndarray) -> None:
+        """Offers the requests `rows` (in order) with their priorities and values (a record each)."""
         self.offered += rows.size
         keep = priorities < self._threshold
         if not keep.all():
-            rows, priorities, values = rows[keep], priorities[keep], {k: v[keep] for k, v in values.items()}
+            rows, priorities, values = rows[keep], priorities[keep], values[keep]
         if rows.size:
             self._stored(rows, priorities, np.ones(rows.size, dtype=np.int64), values)
 
@@ -446,7 +448,7 @@ class RowSample(_PrioritySample):
         self._merged(thresholds)
 
     def _keep(self, keep: np.ndarray) -> None:
-        pass  # the values are all carried columns
+        pass  # the values are all carried records
 
     @property
     def rows(self) -> np.ndarray:

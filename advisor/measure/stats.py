@@ -111,6 +111,9 @@ def distribution(values: np.ndarray) -> Distribution:
     )
 
 
+_EXPONENT_OFFSET = 1100  # float64's frexp exponents run from -1073 to 1024
+
+
 class ExactSummary:
     """The parts of `distribution` that add up over batches and shards, exactly, in fixed size: count, sum,
     min, max and the log2 histogram's counts per power of two (for values >= 0; integers such as token
@@ -123,7 +126,9 @@ class ExactSummary:
         self.min = np.inf
         self.max = -np.inf
         self.zeros = 0
-        self.exponents: dict[int, int] = {}  # frexp exponent e (2**(e-1) <= v < 2**e) -> count
+        # Count of values by frexp exponent e (2**(e-1) <= v < 2**e), e + _EXPONENT_OFFSET: float64's whole
+        # range, one bincount a batch.
+        self.exponents = np.zeros(2 * _EXPONENT_OFFSET, dtype=np.int64)
 
     def add(self, values: np.ndarray) -> None:
         if not values.size:
@@ -133,31 +138,29 @@ class ExactSummary:
         self.min, self.max = min(self.min, float(values.min())), max(self.max, float(values.max()))
         positive = values[values > 0]
         self.zeros += int(values.size - positive.size)
-        exponents, counts = np.unique(np.frexp(positive)[1], return_counts=True)
-        for exponent, count in zip(exponents.tolist(), counts.tolist()):
-            self.exponents[exponent] = self.exponents.get(exponent, 0) + count
+        self.exponents += np.bincount(np.frexp(positive)[1] + _EXPONENT_OFFSET, minlength=self.exponents.size)
 
     def absorb(self, other: ExactSummary) -> None:
         self.count += other.count
         self.sum += other.sum
         self.min, self.max = min(self.min, other.min), max(self.max, other.max)
         self.zeros += other.zeros
-        for exponent, count in other.exponents.items():
-            self.exponents[exponent] = self.exponents.get(exponent, 0) + count
+        self.exponents += other.exponents
 
     def over(self, sample: Distribution) -> Distribution:
         """`sample` (the distribution of a sample of these values) with this whole's exact count, mean, min,
         max and histogram: `log2_edges` and the bins `distribution` gives the whole."""
         if not self.count or self.min < 0:
             return sample
-        low = min(0, min(self.exponents, default=1) - 1)
-        high = max(self.exponents, default=0)
-        edges = [float(e) for e in np.ldexp(1.0, np.arange(low, high + 1))] if self.exponents else [1.0]
-        counts = [self.exponents.get(e + 1, 0) for e in range(low, high)]
-        if not self.exponents:
+        present = np.flatnonzero(self.exponents) - _EXPONENT_OFFSET
+        if not present.size:  # zeros only
             edges, counts = [0.0, 1.0], [self.zeros]
-        elif self.zeros:
-            edges, counts = [0.0, *edges], [self.zeros, *counts]
+        else:
+            low, high = min(0, int(present[0]) - 1), int(present[-1])
+            edges = [float(e) for e in np.ldexp(1.0, np.arange(low, high + 1))]
+            counts = self.exponents[low + 1 + _EXPONENT_OFFSET:high + 1 + _EXPONENT_OFFSET].tolist()
+            if self.zeros:
+                edges, counts = [0.0, *edges], [self.zeros, *counts]
         return replace(sample, count=self.count, mean=self.sum / self.count, min=self.min, max=self.max,
                        hist_edges=tuple(edges), hist_counts=tuple(counts))
 
