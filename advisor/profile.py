@@ -180,7 +180,7 @@ def _in_arrival_order(rows: np.ndarray, timestamps: np.ndarray) -> np.ndarray:
     return np.lexsort((rows, np.where(np.isnan(timestamps), np.inf, timestamps)))
 
 
-def _replicas(sample: Any, names: tuple[str, ...], options: ProfileOptions) -> tuple[np.ndarray, Any]:
+def _replicas(sample: Any, names: tuple[str, ...], options: ProfileOptions) -> tuple[np.ndarray, routing.ReplicaSplit]:
     """`routing.assign` over the requests a sample (state.RowSample, ChainStore or ReplaySample) kept, from
     the values it carries: round_robin deals them in their arrival order."""
     order = _arrival_order(sample.carried("timestamp")) \

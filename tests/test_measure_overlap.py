@@ -203,7 +203,8 @@ def test_overlap_totals_give_the_summary_of_the_rows():
     totals.add(counts[:50], with_context[:50], -1)
     totals.add(counts[:50], with_context[:50])
     whole = overlap.summarize_counts(ngrams, prompt_hits, context_hits, with_context)
-    assert overlap.summarize_counts(ngrams, prompt_hits, context_hits, with_context, totals).to_dict() == whole.to_dict()
+    summary = overlap.summarize_counts(ngrams, prompt_hits, context_hits, with_context, totals)
+    assert summary.to_dict() == whole.to_dict()
     kept = rng.random(400) < 0.3
     sampled = overlap.summarize_counts(ngrams[kept], prompt_hits[kept], context_hits[kept], with_context[kept], totals)
     assert (sampled.requests, sampled.output_ngrams, sampled.prompt_share, sampled.context_share) == (

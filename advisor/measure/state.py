@@ -297,8 +297,8 @@ class ChainStore(_PrioritySample):
                    block_sizes: Iterable[int], values: np.ndarray | None = None) -> None:
         """`add_many` with the chains packed as the workers send them: chain k is
         `blocks[offsets[k]:offsets[k + 1]]`, with `prompt_tokens[k]` and `prompt_blocks[k]` (PrefixBlocks'
-        fields) and the carried record `values[k]`. No object per chain: building one per offered chain was 0.17 s of the
-        main process's 0.37 s collection of the 320 MB log's chains on 3 workers."""
+        fields) and the carried record `values[k]`. No object per chain: building one per offered chain was
+        0.17 s of the main process's 0.37 s collection of the 320 MB log's chains on 3 workers."""
         self.offered += offered
         self.block_sizes.update(block_sizes)
         keep = priorities < self._threshold
@@ -421,11 +421,11 @@ class ReplaySample(_PrioritySample):
 
 
 class RowSample(_PrioritySample):
-    """Per-request values (the records of the structured dtype `carried`: lengths, times, shares) of every request within
-    `budget` rows; past it, the requests of lowest priority (`request_priority`, as the replay sample's) that
-    fit in SAMPLE_SHARE of it: a uniform sample of requests, the same whatever the order or sharding of the
-    log, so that what the profile keeps per request stays bounded whatever the log's size. `offered` counts
-    every request offered.
+    """Per-request values (records of the structured dtype `carried`: lengths, times, shares) of every
+    request within `budget` rows; past it, the requests of lowest priority (`request_priority`, as the
+    replay sample's) that fit in SAMPLE_SHARE of it: a uniform sample of requests, the same whatever the
+    order or sharding of the log, so that what the profile keeps per request stays bounded whatever the
+    log's size. `offered` counts every request offered.
     """
 
     def __init__(self, budget: int, seed: int, carried: np.dtype):
