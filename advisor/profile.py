@@ -195,7 +195,7 @@ def _row_sample(c: stream.Collected) -> RowSample | None:
         return None
     return RowSample(
         requests=int(c.sample.rows.size), population_requests=c.rows,
-        rule=f"per-request numbers past {stream.ROW_BUDGET:,} requests: a seeded uniform sample of requests"
+        rule=f"per-request numbers past {c.sample.cut:,} requests: a seeded uniform sample of requests"
              f" (p = {c.row_share:.3g} of them)",
         estimated=(
             "length percentiles", "arrival bins and peaks (scaled by 1/p)",

@@ -60,10 +60,12 @@ REPLAY_TOKEN_BUDGET = 12_000_000
 PREFIX_BLOCK_BUDGET = 3_000_000
 # Earlier outputs of live conversations kept for the overlap's conversation context (4 bytes a token).
 CONTEXT_TOKEN_BUDGET = 4_000_000
-# Requests whose per-request numbers are kept (about 120 bytes each with the overlap counts); past it, a
-# seeded uniform sample of requests (advisor.measure.state.RowSample), so that the profile's memory stays
-# bounded whatever the log's size. Past 1 M requests the report names what comes from the sample.
-ROW_BUDGET = 1_000_000
+# Requests whose per-request numbers are kept (165 bytes each with the overlap counts); past 3/4 of it
+# (375,000 requests: state.SAMPLE_SHARE) a seeded uniform sample of that many requests
+# (advisor.measure.state.RowSample; it fills up to the budget between compactions), so that the profile's
+# memory stays bounded whatever the log's size, and the report names what comes from the sample. 1 M peaked
+# at 929 MiB on the 8 GB log in one process on a 16-core host; 500,000 at 775 MiB (docs/development.md).
+ROW_BUDGET = 500_000
 # The per-request values, one record a request, as the row sample keeps them. The chain store and the replay
 # sample carry the same records for their requests (arrival order, the APC replay's hold times, replica):
 # they never look into the row sample, which drops other rows.
@@ -278,8 +280,8 @@ class MeasuredChunk:
 class Collected:
     """What the profile keeps of the requests, in file order, in bounded state.
 
-    Per request, a few numbers (about 165 bytes: ROW_DTYPE, the overlap counts) within ROW_BUDGET
-    requests (a seeded uniform sample of requests past it, with exact totals beside it: the overlap's sums,
+    Per request, a few numbers (165 bytes: ROW_DTYPE, the overlap counts) within ROW_BUDGET requests (a
+    seeded uniform sample of requests past it, with exact totals beside it: the overlap's sums,
     the count and span of the timestamps); the block chains within PREFIX_BLOCK_BUDGET (a seeded sample of
     conversations past it); token ids for the replays within REPLAY_TOKEN_BUDGET (a seeded sample of requests
     past it). Every sample depends only on the set of requests offered, so the Collected of consecutive
