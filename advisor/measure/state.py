@@ -34,60 +34,31 @@ SAMPLE_SHARE = (3, 4)
 
 
 class Column:
-    """A growable 1-D array (amortized doubling); `values` is a view of what was appended.
+    """A growable 1-D array (amortized doubling); `values` is a view of what was appended."""
 
-    With a `fill` value, nothing is stored while every appended value is that value (NaN for floats, or a
-    sentinel such as -1): `values` is then a read-only broadcast of it, and the first other value stores the
-    column. A log without latencies, usage or replica names keeps no bytes a request for them.
-    """
-
-    def __init__(self, dtype: type | np.dtype = np.float64, capacity: int = 4096, fill: float | int | None = None):
-        self._dtype = np.dtype(dtype)
-        self._fill = fill
-        self._data: np.ndarray | None = np.empty(capacity, dtype=self._dtype) if fill is None else None
-        self._capacity = capacity
+    def __init__(self, dtype: type | np.dtype = np.float64, capacity: int = 4096):
+        self._data = np.empty(capacity, dtype=np.dtype(dtype))
         self.size = 0
 
     def extend(self, values: np.ndarray | list) -> None:
-        values = np.asarray(values, dtype=self._dtype)
+        values = np.asarray(values, dtype=self._data.dtype)
         end = self.size + values.size
-        if self._data is None:
-            if self._all_fill(values):
-                self.size = end
-                return
-            self._data = np.empty(max(self._capacity, end), dtype=self._dtype)
-            self._data[: self.size] = self._fill
-        self._reserve(end)
-        self._data[self.size : end] = values
-        self.size = end
-
-    def _all_fill(self, values: np.ndarray) -> bool:
-        if isinstance(self._fill, float) and np.isnan(self._fill):
-            return bool(np.isnan(values).all())
-        return bool((values == self._fill).all())
-
-    def _reserve(self, end: int) -> None:
-        assert self._data is not None
         if end > self._data.size:
             grown = np.empty(max(end, 2 * self._data.size), dtype=self._data.dtype)
             grown[: self.size] = self._data[: self.size]
             self._data = grown
+        self._data[self.size : end] = values
+        self.size = end
 
     @property
     def values(self) -> np.ndarray:
-        if self._data is None:
-            return np.broadcast_to(np.array(self._fill, dtype=self._dtype), (self.size,))
         return self._data[: self.size]
 
     def __getstate__(self) -> dict:
-        # What was appended, not the spare capacity (nor a broadcast's full copy).
-        return {**self.__dict__, "_data": None if self._data is None else self.values.copy()}
+        return {**self.__dict__, "_data": self.values.copy()}  # what was appended, not the spare capacity
 
     def keep(self, mask: np.ndarray) -> None:
         """Drops the entries where `mask` is False (compaction)."""
-        if self._data is None:
-            self.size = int(np.count_nonzero(mask))
-            return
         kept = self.values[mask]
         self._data[: kept.size] = kept
         self.size = kept.size
