@@ -215,13 +215,13 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
     names = tuple(c.replica_names)
     replica_of, split = _replicas(c.sample, names, options)
     if c.sample.sampled:
-        # Past the row budget each sample routes the requests it kept (round_robin: among themselves).
+        # Past the row budget each sample routes the requests it kept (round_robin: among themselves), and
+        # the row sample's split is brought to the log's count.
         chain_replicas, replay_replicas = _replicas(c.store, names, options)[0], _replicas(c.replay, names, options)[0]
+        split = replace(split, requests=tuple(int(round(n * c.rows / c.sample.rows.size)) for n in split.requests))
     else:  # the sample's rows are the log's: route the whole log, as vLLM's router saw it
         chain_replicas, replay_replicas = replica_of[c.store.rows.values], replica_of[c.replay_rows]
     del replica_of
-    if c.sample.sampled:  # the sample's split, brought to the log's count
-        split = replace(split, requests=tuple(int(round(n * c.rows / c.sample.rows.size)) for n in split.requests))
     chains_disabled: list[Disabled] = []
     chains = _prefix_chains(c, chain_replicas, options, chains_disabled)
     # The analyses of the bounded samples start first, on two threads (their compiled kernels release the
@@ -247,9 +247,11 @@ def _assemble(options: ProfileOptions, ingest_stats: IngestStats, c: stream.Coll
             sampled = stats.distribution(values)
             return (sampled if exact is None else exact[name].over(sampled)).to_dict()
 
-        decode_share = stats.decode_share(input_lens[both], output_lens[both]) if both.any() else None
-        if exact is not None and decode_share is not None:
-            decode_share = float(c.decode_sums[1] / c.decode_sums.sum()) if c.decode_sums.sum() > 0 else None
+        if exact is None:
+            decode_share = stats.decode_share(input_lens[both], output_lens[both]) if both.any() else None
+        else:
+            tokens = c.decode_sums.sum()
+            decode_share = float(c.decode_sums[1] / tokens) if tokens > 0 else None
         lengths = section(Lengths, {
             "input": distribution(known_in, "input"),
             "output": distribution(known_out, "output") if known_out.size else None,

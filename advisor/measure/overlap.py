@@ -458,8 +458,10 @@ class OverlapTotals:
         self.context_requests += sign * int(np.count_nonzero(with_context))
 
     def absorb(self, other: OverlapTotals) -> None:
-        for name in ("ngrams", "prompt_hits", "context_ngrams", "context_hits"):
-            getattr(self, name).__iadd__(getattr(other, name))
+        self.ngrams += other.ngrams
+        self.prompt_hits += other.prompt_hits
+        self.context_ngrams += other.context_ngrams
+        self.context_hits += other.context_hits
         self.requests += other.requests
         self.context_requests += other.context_requests
 

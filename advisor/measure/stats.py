@@ -84,6 +84,14 @@ def log2_edges(values: np.ndarray) -> np.ndarray:
     return np.concatenate(([0.0], edges)) if (values == 0).any() else edges
 
 
+def log2_histogram(values: np.ndarray, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`log2_edges` of `values` (>= 0) and the count (or the summed `weights`) of the values in each bin."""
+    edges = log2_edges(values)
+    # side="right" puts a value equal to an edge into the bin that starts at that edge.
+    bins = np.searchsorted(edges, values, side="right") - 1
+    return edges, np.bincount(bins, weights=weights, minlength=edges.size - 1)
+
+
 def distribution(values: np.ndarray) -> Distribution:
     """Count, mean, min, max, p50/p90/p99/p99.9 and a log2 histogram of `values` (NaN-free)."""
     array = as_float_array(values, "values")
@@ -93,10 +101,7 @@ def distribution(values: np.ndarray) -> Distribution:
     if array.min() < 0:
         edges, counts = np.array([]), np.array([], dtype=np.int64)
     else:
-        edges = log2_edges(array)
-        # side="right" puts a value equal to an edge into the bin that starts at that edge.
-        bins = np.searchsorted(edges, array, side="right") - 1
-        counts = np.bincount(bins, minlength=edges.size - 1)
+        edges, counts = log2_histogram(array)
     return Distribution(
         count=int(array.size),
         mean=float(array.mean()),
@@ -149,20 +154,17 @@ class ExactSummary:
 
     def over(self, sample: Distribution) -> Distribution:
         """`sample` (the distribution of a sample of these values) with this whole's exact count, mean, min,
-        max and histogram: `log2_edges` and the bins `distribution` gives the whole."""
+        max and histogram."""
         if not self.count or self.min < 0:
             return sample
-        present = np.flatnonzero(self.exponents) - _EXPONENT_OFFSET
-        if not present.size:  # zeros only
-            edges, counts = [0.0, 1.0], [self.zeros]
-        else:
-            low, high = min(0, int(present[0]) - 1), int(present[-1])
-            edges = [float(e) for e in np.ldexp(1.0, np.arange(low, high + 1))]
-            counts = self.exponents[low + 1 + _EXPONENT_OFFSET:high + 1 + _EXPONENT_OFFSET].tolist()
-            if self.zeros:
-                edges, counts = [0.0, *edges], [self.zeros, *counts]
+        # One value of each exponent present, 2**(e-1), and 0 for the zeros, weighted by their counts: the
+        # same edges and bins as `distribution` of the whole.
+        present = np.flatnonzero(self.exponents)
+        probes = np.append(np.ldexp(1.0, present - _EXPONENT_OFFSET - 1), [0.0] * bool(self.zeros))
+        weights = np.append(self.exponents[present], [self.zeros] * bool(self.zeros))
+        edges, counts = log2_histogram(probes, weights)
         return replace(sample, count=self.count, mean=self.sum / self.count, min=self.min, max=self.max,
-                       hist_edges=tuple(edges), hist_counts=tuple(counts))
+                       hist_edges=tuple(float(e) for e in edges), hist_counts=tuple(int(c) for c in counts))
 
 
 def decode_share(input_lens: np.ndarray, output_lens: np.ndarray) -> float | None:
