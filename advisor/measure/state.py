@@ -439,19 +439,23 @@ class ContextOutputs:
         self.tokens = 0
         self.evicted = 0
         self._outputs: OrderedDict[str, list[np.ndarray]] = OrderedDict()
+        self._held: dict[str, int] = {}  # tokens per conversation: what its eviction frees, without a sum
 
     def push(self, conversation: str, output_ids: np.ndarray) -> list[np.ndarray]:
         """Appends the conversation's next output and returns the kept ones before it (its context); the
         conversation becomes the most recent. One call a request: this runs for every request of the log."""
         outputs = self._outputs.get(conversation)
+        size = output_ids.size
         if outputs is None:
             earlier: list[np.ndarray] = []
             self._outputs[conversation] = [output_ids]  # a new key is the most recent
+            self._held[conversation] = size
         else:
             earlier = outputs.copy()
             outputs.append(output_ids)
             self._outputs.move_to_end(conversation)
-        self.tokens += output_ids.size
+            self._held[conversation] += size
+        self.tokens += size
         if self.tokens > self.token_budget:
             self._evict()
         return earlier
@@ -462,37 +466,43 @@ class ContextOutputs:
         to conversation k (None: none, skipped). Returns (k, its context) for each request whose context is
         not its conversation's earlier outputs within the run: the conversation began before the run, or the
         LRU dropped it during the run. The main process of a worker run pushes every request of the log
-        through here (one call a chunk), and needs only those."""
-        outputs_of = self._outputs
+        through here (one call a chunk), and needs only those: the loop is `push`'s with its lookups bound
+        once (it was the largest part of the main process's stream work)."""
+        outputs_of, held = self._outputs, self._held
+        get, latest = outputs_of.get, outputs_of.move_to_end
         in_run: dict[str, int] = {}
+        seen_in_run = in_run.get
         differ: list[tuple[int, list[np.ndarray]]] = []
-        for k, conversation in enumerate(conversations):
+        budget = self.token_budget
+        for k, (conversation, start, size) in enumerate(zip(conversations, starts, lengths)):
             if conversation is None:
                 continue
-            start = starts[k]
-            output = ids[start:start + lengths[k]].copy()
-            seen = in_run.get(conversation, 0)
-            outputs = outputs_of.get(conversation)
+            output = ids[start:start + size].copy()
+            seen = seen_in_run(conversation, 0)
+            in_run[conversation] = seen + 1
+            outputs = get(conversation)
             if outputs is None:
                 outputs_of[conversation] = [output]
+                held[conversation] = size
                 if seen:
                     differ.append((k, []))
             else:
                 if len(outputs) != seen:
                     differ.append((k, outputs.copy()))
                 outputs.append(output)
-                outputs_of.move_to_end(conversation)
-            in_run[conversation] = seen + 1
-            self.tokens += output.size
-            if self.tokens > self.token_budget:
+                latest(conversation)
+                held[conversation] += size
+            self.tokens += size
+            if self.tokens > budget:
                 self._evict()
         return differ
 
     def _evict(self) -> None:
         """Drops the least recent conversations (never the last one left) until the budget holds."""
-        while self.tokens > self.token_budget and len(self._outputs) > 1:
-            _, dropped = self._outputs.popitem(last=False)
-            self.tokens -= sum(array.size for array in dropped)
+        outputs_of, held = self._outputs, self._held
+        while self.tokens > self.token_budget and len(outputs_of) > 1:
+            conversation, _ = outputs_of.popitem(last=False)
+            self.tokens -= held.pop(conversation)
             self.evicted += 1
 
 
