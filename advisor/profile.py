@@ -136,7 +136,8 @@ def build_profile(options: ProfileOptions, progress: Progress | None = None,
     if runners and collected.replay_inputs:
         report = _with_draft_replays(report, runners, collected, options, draft_progress)
     if options.recommend:
-        report = recommend(report, features, segmenting.result() if segmenting is not None else None)
+        segments = segmenting.result() if segmenting is not None else _segments(features)
+        report = recommend(report, features, _population_segments(segments, collected))
     return Profile(report=report, features=features)
 
 
@@ -145,6 +146,15 @@ def _segments(features: dict[str, np.ndarray]) -> list[Segment]:
     from advisor.engine.decide import segment_requests
 
     return segment_requests(features)
+
+
+def _population_segments(segments: list[Segment], c: stream.Collected) -> list[Segment]:
+    """The segments with their request counts in the whole log's terms: past the row budget the features
+    are the row sample's, so a segment's count is scaled by 1/p (an estimate, as RowSample.estimated says;
+    its share is the sample's, an estimate of the log's)."""
+    if not c.sample.sampled:
+        return segments
+    return [replace(segment, requests=round(segment.requests / c.row_share)) for segment in segments]
 
 
 def _stream_options(options: ProfileOptions) -> stream.StreamOptions:
@@ -201,7 +211,7 @@ def _row_sample(c: stream.Collected) -> RowSample | None:
             "length percentiles", "arrival bins and peaks (scaled by 1/p)",
             "inter-arrival gaps (scaled by p) and burstiness (a thinned process looks less bursty)",
             "observed concurrency (scaled by 1/p)", "per-request overlap medians", "tokenizer usage check",
-            "routing split (scaled)", "segmentation",
+            "routing split (scaled)", "segmentation (its counts scaled by 1/p)",
         ),
     )
 

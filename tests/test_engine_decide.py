@@ -289,3 +289,25 @@ def test_segment_scaling_a_block_at_a_time_equals_the_whole_matrix(monkeypatch) 
     monkeypatch.setattr(sys.modules["advisor.engine.decide"], "SEGMENT_BLOCK_ROWS", 333)  # the package's
     # `decide` is the function
     np.testing.assert_array_equal(scale.predict(model, values, known), model.predict(whole))
+
+
+def test_profile_segments_past_the_row_budget_count_the_whole_log(monkeypatch) -> None:
+    """Past the row budget the features are the row sample's: the recommendation's segments are the
+    sample's clusters with their request counts scaled by 1/p to the log's (the report names them as
+    estimates), their shares the sample's."""
+    from pathlib import Path
+
+    from advisor import stream
+    from advisor.profile import ProfileOptions, build_profile
+
+    monkeypatch.setattr(stream, "ROW_BUDGET", 120)  # 90 of the fixture's 150 requests
+    options = ProfileOptions(paths=(str(Path(__file__).parent.parent / "fixtures" / "code_editing.jsonl"),))
+    profile = build_profile(options)
+    sample = profile.report.row_sample
+    assert (sample.requests, sample.population_requests) == (90, 150)
+    assert "segmentation (its counts scaled by 1/p)" in sample.estimated
+    of_sample = segment_requests(profile.features)
+    assert of_sample and sum(s.requests for s in of_sample) == 90
+    segments = profile.report.recommendation.segments
+    assert [s.share for s in segments] == [s.share for s in of_sample]
+    assert [s.requests for s in segments] == [round(s.requests * 150 / 90) for s in of_sample]
