@@ -58,8 +58,10 @@ def collect_shard(paths: Sequence[str], fmt: str | None, strict: bool, options: 
     caller (a tokenizer it loaded already is used, the one loaded here stays in it)."""
     stats = IngestStats()
     tokenizer_state = {} if tokenizer_state is None else tokenizer_state
-    read = read_parts if workers > 1 else read_requests  # with workers, they parse the JSON Lines files
-    parts = read(list(paths), fmt, strict=strict, hash_block_size=options.hash_block_size, stats=stats)
+    # With workers, they parse the JSON Lines files.
+    parts = read_parts(list(paths), fmt, strict=strict, hash_block_size=options.hash_block_size, stats=stats,
+                       workers=workers) if workers > 1 else \
+        read_requests(list(paths), fmt, strict=strict, hash_block_size=options.hash_block_size, stats=stats)
     collected = stream.collect(parts, options, tokenizer_state, workers, progress, stats=stats, strict=strict)
     info = tokenizer_state["tokenizer"].info if "tokenizer" in tokenizer_state else None
     return Shard(collected, stats, info)

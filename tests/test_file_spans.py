@@ -72,3 +72,51 @@ def test_a_file_that_shrinks_after_it_was_cut_is_an_error(tmp_path):
     path.write_bytes(b'{"a": 1}\n' * 3)  # rotated or rewritten meanwhile
     with pytest.raises(InputError, match=r"log.jsonl:4: the file got shorter while it was read"):
         list(span_lines(span))
+
+
+def test_chunk_lines_grow_while_every_worker_keeps_its_share():
+    """CHUNK_LINES doubles up to MAX_CHUNK_LINES only while each worker still gets MIN_CHUNKS_PER_WORKER."""
+    from advisor.ingest import MAX_CHUNK_LINES, MIN_CHUNKS_PER_WORKER, chunk_lines
+
+    share = MIN_CHUNKS_PER_WORKER
+    assert chunk_lines(0, 2) == chunk_lines(2 * CHUNK_LINES * 2 * share - 1, 2) == CHUNK_LINES
+    assert chunk_lines(2 * CHUNK_LINES * 2 * share, 2) == 2 * CHUNK_LINES
+    assert chunk_lines(190_559, 2) == MAX_CHUNK_LINES == 4 * CHUNK_LINES  # the 1 GB log on 2 workers
+    assert chunk_lines(190_559, 16) == CHUNK_LINES and chunk_lines(1_521_967, 16) == MAX_CHUNK_LINES
+    assert chunk_lines(10**12, 1) == MAX_CHUNK_LINES
+
+
+def test_a_big_file_is_cut_in_longer_spans_from_its_estimated_line_count(tmp_path):
+    """`lines_per_span` as a function gets the file's line count estimated from its first block, once: the
+    spans then hold that many lines each, numbered on, and give back every line."""
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b"".join(b'{"prompt": "p%04d"}\n' % i for i in range(1000)))  # 20-byte lines
+    asked: list[float] = []
+
+    def per_span(lines: float) -> int:
+        asked.append(lines)
+        return 300
+
+    spans = list(file_spans(Source(str(path)), per_span, block_bytes=4000))  # 200 lines a block
+    assert asked == [1000.0]
+    assert [(span.first_line, last) for span, last in spans] == [(1, False), (301, False), (601, False), (901, True)]
+    assert [len(list(span_lines(span))) for span, _ in spans] == [300, 300, 300, 100]
+
+
+def test_read_parts_sizes_chunks_for_the_workers(tmp_path, monkeypatch):
+    """read_parts cuts a plain file and a ShareGPT array by chunk_lines for its worker count."""
+    import json
+
+    from advisor import ingest
+
+    monkeypatch.setattr(ingest, "MIN_CHUNKS_PER_WORKER", 2)
+    plain = tmp_path / "log.jsonl"
+    plain.write_bytes(b"".join(b'{"prompt": "p%d", "output_tokens": 3}\n' % i for i in range(CHUNK_LINES * 8)))
+    array = tmp_path / "sharegpt.json"
+    array.write_text(json.dumps([{"id": str(i), "conversations": [{"from": "human", "value": "hi"},
+                                                                   {"from": "gpt", "value": "yes"}]}
+                                 for i in range(CHUNK_LINES * 8)]))
+    for path in (plain, array):
+        for workers, size in ((1, 4 * CHUNK_LINES), (2, 2 * CHUNK_LINES), (4, CHUNK_LINES)):
+            chunks = list(read_parts([str(path)], workers=workers))
+            assert [len(list(chunk.raw_lines())) for chunk in chunks] == [size] * (8 * CHUNK_LINES // size)

@@ -17,7 +17,7 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 import numpy as np
 import orjson
@@ -417,25 +417,29 @@ class FileSpan:
     first_line: int
 
 
-def file_spans(source: Source, lines_per_span: int, block_bytes: int = 8 << 20,
+def file_spans(source: Source, lines_per_span: int | Callable[[float], int], block_bytes: int = 8 << 20,
                sparse_line_bytes: int = SPARSE_LINE_BYTES) -> Iterator[tuple[FileSpan, bool]]:
     """(span, is last) of a plain file cut every `lines_per_span` lines, numbered as `raw_lines` numbers
     them (an over-long line is one line): the lines `raw_lines` gives, in lists of that many. An empty file
-    is one empty span. The file is read a block at a time into one buffer, and its line ends found there
-    (`_line_ends`), so cutting a file costs a small part of reading it line by line; with workers this runs
-    in the main process, whose CPU bounds a many-core run."""
+    is one empty span. `lines_per_span` may be a function of the file's estimated line count (its size over
+    the mean line length of its first block), called once, at the first block. The file is read a block at a
+    time into one buffer, and its line ends found there (`_line_ends`), so cutting a file costs a small part
+    of reading it line by line; with workers this runs in the main process, whose CPU bounds a many-core
+    run."""
     source.close()
+    per_span = lines_per_span if isinstance(lines_per_span, int) else None
     try:
         file = open(source.path, "rb")
     except OSError as exc:
         raise InputError(f"{source.path}: cannot be read ({exc.strerror})") from None
     with file:
+        file_bytes = os.fstat(file.fileno()).st_size
         buffer = bytearray(block_bytes)
         is_end = np.empty(block_bytes, dtype=bool)  # the dense search's scratch, kept like the buffer
         start = position = 0  # the open span's first byte; the block's first byte
         first_line, lines = 1, 0  # the open span's first line; its line ends so far
         ends_seen = 0  # line ends in the file so far: with `position`, their mean spacing
-        full = False  # the open span holds lines_per_span lines: it is given when a byte follows it
+        full = False  # the open span holds per_span lines: it is given when a byte follows it
         while True:
             try:
                 size = file.readinto(buffer)
@@ -445,19 +449,21 @@ def file_spans(source: Source, lines_per_span: int, block_bytes: int = 8 << 20,
                 break
             if full:
                 yield FileSpan(source.path, source.name, start, position - start, first_line), False
-                start, first_line, lines, full = position, first_line + lines_per_span, 0, False
+                start, first_line, lines, full = position, first_line + per_span, 0, False
             sparse = ends_seen * sparse_line_bytes < position  # lines longer than sparse_line_bytes so far
             ends = _line_ends(buffer, size, is_end, sparse)
+            if per_span is None:
+                per_span = lines_per_span(file_bytes * max(ends.size, 1) / size)  # type: ignore[operator]
             ends_seen += ends.size
-            cuts = (ends[lines_per_span - lines - 1::lines_per_span] + (position + 1)).tolist()
-            lines += ends.size - len(cuts) * lines_per_span
+            cuts = (ends[per_span - lines - 1::per_span] + (position + 1)).tolist()
+            lines += ends.size - len(cuts) * per_span
             position += size
             if cuts and cuts[-1] == position:  # the block ends a span: its last flag waits for the next read
                 cuts.pop()
-                full, lines = True, lines_per_span
+                full, lines = True, per_span
             for end in cuts:
                 yield FileSpan(source.path, source.name, start, end - start, first_line), False
-                start, first_line = end, first_line + lines_per_span
+                start, first_line = end, first_line + per_span
     yield FileSpan(source.path, source.name, start, position - start, first_line), True
 
 
