@@ -4,7 +4,9 @@ bench_profile.py says how fast a run is against the floor; this says why a many-
 faster. It runs `build_profile` in this process (no CLI, no report written) with marks around its stages,
 wrapping the stream's own functions: when the pool started, when the stream ended, each analysis after it
 (its own seconds: they overlap on threads; the replays' ngram and suffix passes apart), the engine; how
-long the main process waited on the workers; and for each worker when it started, its first and last job,
+long the main process waited on the workers, and the CPU seconds of its main thread in each part of its
+per-chunk work (receiving a result, the context's run, collecting it, finding line ends: the work that
+bounds how many workers it keeps busy); and for each worker when it started, its first and last job,
 its busy seconds over how many chunks. Wall seconds and the main process's CPU seconds (its threads
 included) at each mark, with its peak RSS so far (where the peak is reached), and its peak RSS at the end.
 
@@ -29,11 +31,14 @@ START = time.perf_counter()
 import advisor.cli  # noqa: E402,F401  the CLI's process settings: OpenBLAS on one thread, 2 malloc arenas
 
 from advisor import profile, stream  # noqa: E402  (the import is part of the timeline)
-from advisor.measure import ngram, specreplay  # noqa: E402
+from advisor.ingest import _io  # noqa: E402
+from advisor.measure import ngram, specreplay, state  # noqa: E402
 from advisor.report import ProfileOptions  # noqa: E402
 
 # (label, wall seconds since start, main-process CPU seconds, its peak RSS so far in MiB: where the peak is reached)
 marks: list[tuple[str, float, float, int]] = []
+# The main thread's CPU seconds (time.thread_time) in each part of its per-chunk work, and the chunks collected.
+main_thread: dict[str, float] = {}
 
 
 def mark(label: str) -> None:
@@ -54,6 +59,20 @@ def timed(owner: Any, name: str, label: Callable[[float], str], before: str | No
             return original(*args, **kwargs)
         finally:
             mark(label(time.perf_counter() - began))
+
+    setattr(owner, name, wrapper)
+
+
+def thread_timed(owner: Any, name: str, part: str) -> None:
+    """Replaces owner.name by a wrapper that adds its thread CPU seconds to main_thread[part]."""
+    original = getattr(owner, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        began = time.thread_time()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            main_thread[part] = main_thread.get(part, 0.0) + time.thread_time() - began
 
     setattr(owner, name, wrapper)
 
@@ -110,6 +129,18 @@ def main() -> None:
         return result
 
     stream._receive = receive_timed
+    thread_timed(stream, "_receive", "receiving results")
+    thread_timed(state.ContextOutputs, "push_run", "the context's runs")
+    thread_timed(stream, "collect_batch", "collecting")
+    thread_timed(_io, "_line_ends", "finding line ends")
+    chunks = {"count": 0}
+    collect = stream.collect_batch
+
+    def counted(*a: Any, **k: Any) -> Any:
+        chunks["count"] += 1
+        return collect(*a, **k)
+
+    stream.collect_batch = counted
     timed(stream._WorkerPool, "_start", lambda seconds: "pool started", before="pool start")
     timed(profile, "_assemble", lambda seconds: "analyses done", before="stream done")
     for name in ("_prefix", "_apc", "_replays", "_features", "_segments"):
@@ -124,6 +155,9 @@ def main() -> None:
 
     if waited["first"] is not None:
         print(f"main process waited on the workers {waited['seconds']:.2f} s; first result at {waited['first']:.2f} s")
+        count = max(chunks["count"], 1)
+        print(f"main thread CPU over {chunks['count']} chunks: " + ", ".join(
+            f"{part} {seconds:.2f} s ({1000 * seconds / count:.2f} ms a chunk)" for part, seconds in main_thread.items()))
     for label, wall, cpu, peak in marks:
         print(f"{wall:8.2f} s  main CPU {cpu:6.2f} s  peak RSS {peak:5d} MiB  {label}")
     for worker in sorted(workers, key=lambda w: w["start"]):

@@ -244,9 +244,10 @@ def shard_paths(paths: Sequence[str], fmt: str | None = None) -> list[tuple[str,
 
 @dataclass(frozen=True)
 class LineChunk:
-    """Consecutive raw lines of one file (CHUNK_LINES, more in a big file: `chunk_lines`) in a LINE_READERS format, for `parse_chunk`: the lines
-    themselves, or where they lie in a plain file (then the parser reads them, and the process that cuts the
-    file sends a few numbers instead of the lines). `first` and `last` mark the file's first and last chunk
+    """Consecutive raw lines of one file in a LINE_READERS format (CHUNK_LINES, more in a big file:
+    `chunk_lines`), for `parse_chunk`: the lines themselves, or where they lie in a plain file (then the
+    parser reads them, and the process that cuts the file sends a few numbers instead of the lines). `first`
+    and `last` mark the file's first and last chunk
     (an empty file is one chunk, both): whoever absorbs the parsed chunks in order checks at the last that
     the file gave a request (`no_request_error`)."""
 
