@@ -27,7 +27,8 @@ from typing import Any
 
 from advisor import stream
 from advisor.errors import AdvisorError, ConfigError
-from advisor.ingest import IngestStats, read_parts, read_requests, shard_paths
+from advisor.ingest import IngestStats, LineChunk, read_parts, read_requests, shard_paths
+from advisor.record import Request
 
 # The local cluster started when no address is given (`ray.init()` with every core of this machine).
 LOCAL = "local"
@@ -58,10 +59,12 @@ def collect_shard(paths: Sequence[str], fmt: str | None, strict: bool, options: 
     caller (a tokenizer it loaded already is used, the one loaded here stays in it)."""
     stats = IngestStats()
     tokenizer_state = {} if tokenizer_state is None else tokenizer_state
-    # With workers, they parse the JSON Lines files.
-    parts = read_parts(list(paths), fmt, strict=strict, hash_block_size=options.hash_block_size, stats=stats,
-                       workers=workers) if workers > 1 else \
-        read_requests(list(paths), fmt, strict=strict, hash_block_size=options.hash_block_size, stats=stats)
+    parts: Iterable[Request | LineChunk]
+    if workers > 1:  # the workers parse the JSON Lines files, in chunks sized for them
+        parts = read_parts(list(paths), fmt, strict=strict, hash_block_size=options.hash_block_size, stats=stats,
+                           workers=workers)
+    else:
+        parts = read_requests(list(paths), fmt, strict=strict, hash_block_size=options.hash_block_size, stats=stats)
     collected = stream.collect(parts, options, tokenizer_state, workers, progress, stats=stats, strict=strict)
     info = tokenizer_state["tokenizer"].info if "tokenizer" in tokenizer_state else None
     return Shard(collected, stats, info)

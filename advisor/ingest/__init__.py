@@ -247,9 +247,8 @@ class LineChunk:
     """Consecutive raw lines of one file in a LINE_READERS format (CHUNK_LINES, more in a big file:
     `chunk_lines`), for `parse_chunk`: the lines themselves, or where they lie in a plain file (then the
     parser reads them, and the process that cuts the file sends a few numbers instead of the lines). `first`
-    and `last` mark the file's first and last chunk
-    (an empty file is one chunk, both): whoever absorbs the parsed chunks in order checks at the last that
-    the file gave a request (`no_request_error`)."""
+    and `last` mark the file's first and last chunk (an empty file is one chunk, both): whoever absorbs the
+    parsed chunks in order checks at the last that the file gave a request (`no_request_error`)."""
 
     fmt: str
     name: str
@@ -315,8 +314,8 @@ def read_parts(
     """`read_requests`, except that each file in a LINE_READERS format comes as LineChunks of raw lines, read
     here (a plain file's only cut into spans: their parser reads them) and parsed elsewhere (`parse_chunk`, on
     `workers` processes, for which a big file's chunks are sized: `chunk_lines`): the caller absorbs their
-    ParsedChunks into
-    `stats` in order and checks each file's end; only `stats.formats` is filled here for those files. Reading
+    ParsedChunks into `stats` in order and checks each file's end; only `stats.formats` is filled here for
+    those files. Reading
     runs ahead of the parsing, so an error reading a later file (missing, cut) can be raised before a
     --strict bad record or a no-request error of chunks still being parsed: the run fails either way."""
     return _read(paths, fmt, strict, hash_block_size, stats, chunked=True, workers=workers)
@@ -386,9 +385,10 @@ def _chunks(name: str, source: Source) -> Iterator[LineChunk]:
 
 
 def _array_chunks(name: str, source: Source, workers: int) -> Iterator[LineChunk]:
-    """A ShareGPT JSON array's conversations in LineChunks (`chunk_lines` of them for `workers`), each conversation written back as one
-    JSON line numbered by its position (the reader's numbering): workers parse them as JSON Lines, and the main
-    process sends compact bytes instead of each request's whole history. orjson reads back exactly what it
+    """A ShareGPT JSON array's conversations in LineChunks (`chunk_lines` of them for `workers`), each
+    conversation written back as one JSON line numbered by its position (the reader's numbering): workers
+    parse them as JSON Lines, and the main process sends compact bytes instead of each request's whole
+    history. orjson reads back exactly what it
     writes (it reads integers beyond 64 bits as floats, which it writes again), so the records are the same."""
     document = sharegpt.load_array(source)
     if not document:

@@ -467,7 +467,7 @@ class ContextOutputs:
         not its conversation's earlier outputs within the run: the conversation began before the run, or the
         LRU dropped it during the run. The main process of a worker run pushes every request of the log
         through here (one call a chunk), and needs only those: the loop is `push`'s with its lookups bound
-        once (it was the largest part of the main process's stream work)."""
+        once (it is a large part of the main process's work per chunk)."""
         outputs_of, held = self._outputs, self._held
         get, latest = outputs_of.get, outputs_of.move_to_end
         in_run: dict[str, int] = {}
