@@ -6,6 +6,7 @@ ADVISOR_VLLM_PYTHON: a required test must never skip silently there.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,17 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO.parent / "shared" / "data"
 DEFAULT_VLLM_PYTHON = Path("/work/vllm-venv/bin/python")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sigint_reaches_children() -> None:
+    """Tests stop their children (the CLI, the driver of a vLLM server, a Ray head) with SIGINT, as a
+    terminal's Ctrl-C would. A test run started in the background of a script (`cmd &`) inherits SIGINT
+    ignored, and so would those children (an exec keeps an ignored signal ignored, and Python then installs
+    no KeyboardInterrupt handler): a Ctrl-C test then waited out its timeout. Taking SIGINT back here, as a
+    foreground run has it, starts the children with its default."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
