@@ -37,8 +37,9 @@ from advisor.report import ProfileOptions  # noqa: E402
 
 # (label, wall seconds since start, main-process CPU seconds, its peak RSS so far in MiB: where the peak is reached)
 marks: list[tuple[str, float, float, int]] = []
-# The main thread's CPU seconds (time.thread_time) in each part of its per-chunk work, and the chunks collected.
+# The main thread's CPU seconds (time.thread_time) in each part of its per-chunk work, and that part's calls.
 main_thread: dict[str, float] = {}
+main_calls: dict[str, int] = {}
 
 
 def mark(label: str) -> None:
@@ -64,7 +65,8 @@ def timed(owner: Any, name: str, label: Callable[[float], str], before: str | No
 
 
 def thread_timed(owner: Any, name: str, part: str) -> None:
-    """Replaces owner.name by a wrapper that adds its thread CPU seconds to main_thread[part]."""
+    """Replaces owner.name by a wrapper that adds its thread CPU seconds to main_thread[part] and counts its
+    calls in main_calls[part]."""
     original = getattr(owner, name)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -73,6 +75,7 @@ def thread_timed(owner: Any, name: str, part: str) -> None:
             return original(*args, **kwargs)
         finally:
             main_thread[part] = main_thread.get(part, 0.0) + time.thread_time() - began
+            main_calls[part] = main_calls.get(part, 0) + 1
 
     setattr(owner, name, wrapper)
 
@@ -133,14 +136,6 @@ def main() -> None:
     thread_timed(state.ContextOutputs, "push_run", "the context's runs")
     thread_timed(stream, "collect_batch", "collecting")
     thread_timed(_io, "_line_ends", "finding line ends")
-    chunks = {"count": 0}
-    collect = stream.collect_batch
-
-    def counted(*a: Any, **k: Any) -> Any:
-        chunks["count"] += 1
-        return collect(*a, **k)
-
-    stream.collect_batch = counted
     timed(stream._WorkerPool, "_start", lambda seconds: "pool started", before="pool start")
     timed(profile, "_assemble", lambda seconds: "analyses done", before="stream done")
     for name in ("_prefix", "_apc", "_replays", "_features", "_segments"):
@@ -155,8 +150,9 @@ def main() -> None:
 
     if waited["first"] is not None:
         print(f"main process waited on the workers {waited['seconds']:.2f} s; first result at {waited['first']:.2f} s")
-        count = max(chunks["count"], 1)
-        print(f"main thread CPU over {chunks['count']} chunks: " + ", ".join(
+        chunks = main_calls.get("collecting", 0)  # one collect_batch a chunk
+        count = max(chunks, 1)
+        print(f"main thread CPU over {chunks} chunks: " + ", ".join(
             f"{part} {seconds:.2f} s ({1000 * seconds / count:.2f} ms a chunk)" for part, seconds in main_thread.items()))
     for label, wall, cpu, peak in marks:
         print(f"{wall:8.2f} s  main CPU {cpu:6.2f} s  peak RSS {peak:5d} MiB  {label}")

@@ -427,7 +427,8 @@ def file_spans(source: Source, lines_per_span: int | Callable[[float], int], blo
     of reading it line by line; with workers this runs in the main process, whose CPU bounds a many-core
     run."""
     source.close()
-    per_span = lines_per_span if isinstance(lines_per_span, int) else None
+    span_for = lines_per_span if callable(lines_per_span) else lambda _estimate: lines_per_span
+    per_span: int | None = None  # decided at the first block
     try:
         file = open(source.path, "rb")
     except OSError as exc:
@@ -453,7 +454,7 @@ def file_spans(source: Source, lines_per_span: int | Callable[[float], int], blo
             sparse = ends_seen * sparse_line_bytes < position  # lines longer than sparse_line_bytes so far
             ends = _line_ends(buffer, size, is_end, sparse)
             if per_span is None:
-                per_span = lines_per_span(file_bytes * max(ends.size, 1) / size)  # type: ignore[operator]
+                per_span = span_for(file_bytes * max(ends.size, 1) / size)
             ends_seen += ends.size
             cuts = (ends[per_span - lines - 1::per_span] + (position + 1)).tolist()
             lines += ends.size - len(cuts) * per_span
